@@ -1,0 +1,74 @@
+/* A backend is a table of device hooks, filled once when the library loads (CUDA, then Level Zero,
+ * then none). Keying, pools, replay order, LRU and agreement live once in the core; a backend only
+ * knows how to stream, capture, copy and launch on its device. Every hook returns a status; none
+ * may abort. `state` is the per-runner object made by runner_create (streams, the graph pool). */
+#ifndef GF_BACKEND_H
+#define GF_BACKEND_H
+
+#include "gf_status.h"
+#include "gf_tensor.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One copy of a batch: `count` contiguous bytes from src to dst, both on the runner's device. */
+typedef struct gf_copy {
+  void *dst;
+  const void *src;
+  size_t bytes;
+} gf_copy;
+
+typedef struct gf_backend {
+  const char *name; /* "cuda", "xpu", "none", or a test's name */
+  void *context;    /* the backend's own data, passed to every hook */
+
+  /* 1 when graphs can be captured on this device (device_type/index as in gf_tensor); else 0 and
+   * a sentence in why. */
+  int (*graphs_supported)(void *context, int device_type, int device_index, char *why,
+                          size_t why_capacity);
+  gf_status (*runner_create)(void *context, int device_index, void **state, gf_error *err);
+  void (*runner_destroy)(void *context, void *state);
+
+  /* 1 when the current stream is being captured by someone else: calls then run eager. */
+  int (*outer_capture_active)(void *context, void *state);
+
+  /* Sync-debug mode "error" on / back to what it was, around the first validated forward. */
+  gf_status (*sync_probe_begin)(void *context, void *state, gf_error *err);
+  gf_status (*sync_probe_end)(void *context, void *state, gf_error *err);
+
+  /* Make a side stream that waits on the current one current / join it back. */
+  gf_status (*warmup_begin)(void *context, void *state, gf_error *err);
+  gf_status (*warmup_end)(void *context, void *state, gf_error *err);
+
+  /* Capture everything launched between begin and end into a graph that allocates from the
+   * runner's one pool. end must be called after a successful begin, also when the forward failed
+   * (ok = 0), and then returns no graph. */
+  gf_status (*capture_begin)(void *context, void *state, gf_error *err);
+  gf_status (*capture_end)(void *context, void *state, int ok, void **graph, gf_error *err);
+
+  /* All copies in a constant number of device launches on the current stream. */
+  gf_status (*copy_batch)(void *context, void *state, const gf_copy *copies, size_t count,
+                          gf_error *err);
+  gf_status (*launch)(void *context, void *state, void *graph, gf_error *err);
+  void (*release_graph)(void *context, void *state, void *graph);
+} gf_backend;
+
+/* The backend chosen when the library loaded, never NULL (the "none" backend at worst), and the
+ * sentence that says why it was chosen. */
+const gf_backend *gf_backend_current(void);
+const char *gf_backend_choice_reason(void);
+
+/* Runs the load-time choice again (tests use it after changing the environment). */
+void gf_backend_choose(void);
+
+/* The backend that supports nothing: every call runs eager. */
+const gf_backend *gf_backend_none(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GF_BACKEND_H */

@@ -1,0 +1,83 @@
+/* The signature cache: a hash map from signature to entry with LRU order and a max_entries limit.
+ * Pinned entries are never evicted; when every resident entry is pinned the cache grows past its
+ * limit and reports that once, so the runner can warn once. Entries are owned by the cache and
+ * given back through the release callback when evicted or cleared. */
+#ifndef GF_CACHE_H
+#define GF_CACHE_H
+
+#include "gf_pool.h"
+#include "gf_signature.h"
+#include "gf_status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gf_entry {
+  gf_signature signature;
+  int pinned;
+  uint64_t replays;
+  void *graph;            /* the backend's graph, NULL until captured */
+  gf_pool static_inputs;  /* contiguous copies the graph reads */
+  gf_pool static_outputs; /* the tensors the graph writes */
+  gf_pool keep_alive;     /* tensors outside the kwargs the forward reads */
+  struct gf_entry *lru_newer;
+  struct gf_entry *lru_older;
+  struct gf_entry *bucket_next;
+} gf_entry;
+
+typedef void (*gf_entry_release_fn)(void *context, gf_entry *entry);
+
+typedef struct gf_cache {
+  gf_entry **buckets;
+  size_t bucket_count; /* a power of two */
+  size_t count;
+  size_t pinned_count;
+  size_t max_entries;
+  gf_entry *newest;
+  gf_entry *oldest;
+  gf_hash_fn hash_fn; /* NULL: gf_signature_default_hash */
+  gf_entry_release_fn release;
+  void *release_context;
+  uint64_t evictions;
+  int warned_pinned_growth;
+} gf_cache;
+
+gf_status gf_cache_init(gf_cache *cache, size_t max_entries, gf_entry_release_fn release,
+                        void *release_context, gf_error *err);
+
+/* The entry with this signature, made the most recently used; NULL when absent. */
+gf_entry *gf_cache_lookup(gf_cache *cache, const gf_signature *sig);
+
+/* Evicts least recently used unpinned entries until one more fits under max_entries. Sets
+ * *grew_past_limit to 1 the first time the cache must exceed its limit because every resident
+ * entry is pinned (0 otherwise). */
+void gf_cache_make_room(gf_cache *cache, int *grew_past_limit);
+
+/* Inserts an entry allocated by gf_entry_create (its signature must be absent); the cache owns it
+ * from now on. Call gf_cache_make_room first to respect max_entries. */
+gf_status gf_cache_insert(gf_cache *cache, gf_entry *entry, gf_error *err);
+
+/* Unlinks and releases one entry. */
+void gf_cache_remove(gf_cache *cache, gf_entry *entry);
+
+/* Releases every entry; the cache stays usable. */
+void gf_cache_clear(gf_cache *cache);
+
+/* Clears and frees the cache's own storage. */
+void gf_cache_destroy(gf_cache *cache);
+
+/* A zeroed entry holding a copy of sig. */
+gf_entry *gf_entry_create(const gf_signature *sig, int pinned, gf_error *err);
+
+/* Frees the entry's own storage (its pools must already be released). */
+void gf_entry_destroy(gf_entry *entry);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GF_CACHE_H */

@@ -1,0 +1,38 @@
+/* Static buffer pools (see gf_pool.h). */
+#include "gf_pool.h"
+
+#include <stdlib.h>
+
+gf_status gf_pool_add(gf_pool *pool, const gf_tensor *tensor, gf_error *err) {
+  if (pool->count == pool->capacity) {
+    size_t capacity = pool->capacity ? 2 * pool->capacity : 8;
+    gf_tensor *grown = realloc(pool->tensors, capacity * sizeof *grown);
+    if (grown == NULL) {
+      return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory growing a buffer pool");
+    }
+    pool->tensors = grown;
+    pool->capacity = capacity;
+  }
+  pool->tensors[pool->count++] = *tensor;
+  pool->bytes += gf_tensor_nbytes(tensor);
+  return GF_OK;
+}
+
+int64_t gf_pool_release(gf_pool *pool, gf_release_fn release, void *context) {
+  int64_t released = pool->bytes;
+  for (size_t i = 0; i < pool->count; ++i) {
+    if (release != NULL && pool->tensors[i].handle != NULL) {
+      release(context, pool->tensors[i].handle);
+    }
+  }
+  pool->count = 0;
+  pool->bytes = 0;
+  return released;
+}
+
+void gf_pool_free(gf_pool *pool, gf_release_fn release, void *context) {
+  gf_pool_release(pool, release, context);
+  free(pool->tensors);
+  pool->tensors = NULL;
+  pool->capacity = 0;
+}

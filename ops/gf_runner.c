@@ -1,0 +1,462 @@
+/* The runner (see gf_runner.h): the replay path for a cache hit and the capture protocol for a
+ * miss, driven through the backend's device hooks and the host's tensor hooks. */
+#include "gf_runner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { GF_REASON_CAPACITY = 512 };
+
+struct gf_runner {
+  gf_runner_config config;
+  gf_host host;
+  const gf_backend *backend;
+  void *backend_state;
+  gf_cache cache;
+  gf_signature scratch_signature;
+  gf_copy *scratch_copies;
+  size_t scratch_copies_capacity;
+  int sync_probe_done;
+  int enabled;
+  char disabled_reason[GF_REASON_CAPACITY];
+  uint64_t captures;
+  uint64_t replays;
+  uint64_t eager_calls;
+  int64_t pool_bytes;
+};
+
+static void gf_runner_release_handle(void *context, void *handle) {
+  gf_runner *runner = context;
+  runner->host.release(runner->host.context, handle);
+}
+
+static void gf_runner_release_entry(void *context, gf_entry *entry) {
+  gf_runner *runner = context;
+  if (entry->graph != NULL && runner->backend->release_graph != NULL) {
+    runner->backend->release_graph(runner->backend->context, runner->backend_state, entry->graph);
+    entry->graph = NULL;
+  }
+  runner->pool_bytes -= gf_pool_release(&entry->static_inputs, gf_runner_release_handle, runner);
+  runner->pool_bytes -= gf_pool_release(&entry->static_outputs, gf_runner_release_handle, runner);
+  gf_pool_release(&entry->keep_alive, gf_runner_release_handle, runner);
+}
+
+static void gf_runner_set_disabled(gf_runner *runner, const char *reason) {
+  if (runner->enabled || runner->disabled_reason[0] == '\0') {
+    snprintf(runner->disabled_reason, sizeof runner->disabled_reason, "%.500s",
+             reason && reason[0] ? reason : "disabled");
+  }
+  runner->enabled = 0;
+}
+
+gf_status gf_runner_create(const gf_runner_config *config, const gf_host *host,
+                           const gf_backend *backend, gf_runner **out, gf_error *err) {
+  *out = NULL;
+  if (host == NULL || host->run_forward == NULL || host->release == NULL ||
+      host->clone_static == NULL || host->empty_like == NULL || host->retain == NULL) {
+    if (host != NULL && host->destroy != NULL) {
+      host->destroy(host->context);
+    }
+    return gf_error_set(err, GF_ERR_INVALID_ARGUMENT, "graphed: the runner's host is incomplete");
+  }
+  if (config->warmup_iters < 0) {
+    if (host->destroy != NULL) {
+      host->destroy(host->context);
+    }
+    return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
+                        "graphed: warmup_iters must be 0 or more, got %d", config->warmup_iters);
+  }
+  gf_runner *runner = calloc(1, sizeof *runner);
+  if (runner == NULL) {
+    if (host->destroy != NULL) {
+      host->destroy(host->context);
+    }
+    return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory creating a runner");
+  }
+  runner->config = *config;
+  runner->host = *host;
+  runner->backend = backend != NULL ? backend : gf_backend_current();
+  gf_status status =
+      gf_cache_init(&runner->cache, config->max_entries, gf_runner_release_entry, runner, err);
+  if (status != GF_OK) {
+    runner->backend = gf_backend_none();
+    gf_runner_destroy(runner);
+    return status;
+  }
+  runner->cache.hash_fn = config->hash_fn;
+  runner->enabled = 1;
+
+  char why[GF_REASON_CAPACITY] = "";
+  if (!config->enabled) {
+    gf_runner_set_disabled(runner, "disabled by the caller (enabled=False)");
+  } else if (!runner->backend->graphs_supported(runner->backend->context, config->device_type,
+                                                config->device_index, why, sizeof why)) {
+    char reason[GF_REASON_CAPACITY + 64];
+    snprintf(reason, sizeof reason, "graphs unavailable (backend %s): %s", runner->backend->name,
+             why[0] ? why : "no reason given");
+    gf_runner_set_disabled(runner, reason);
+  } else if (runner->backend->runner_create != NULL) {
+    gf_error create_err = {0};
+    if (runner->backend->runner_create(runner->backend->context, config->device_index,
+                                       &runner->backend_state, &create_err) != GF_OK) {
+      gf_runner_set_disabled(runner, create_err.message);
+    }
+  }
+  *out = runner;
+  return GF_OK;
+}
+
+void gf_runner_destroy(gf_runner *runner) {
+  if (runner == NULL) {
+    return;
+  }
+  if (runner->cache.buckets != NULL) {
+    gf_cache_destroy(&runner->cache);
+  }
+  if (runner->backend_state != NULL && runner->backend->runner_destroy != NULL) {
+    runner->backend->runner_destroy(runner->backend->context, runner->backend_state);
+  }
+  gf_signature_free(&runner->scratch_signature);
+  free(runner->scratch_copies);
+  if (runner->host.destroy != NULL) {
+    runner->host.destroy(runner->host.context);
+  }
+  free(runner);
+}
+
+void gf_runner_disable(gf_runner *runner, const char *reason) {
+  gf_runner_set_disabled(runner, reason);
+  gf_cache_clear(&runner->cache);
+}
+
+void gf_runner_reset(gf_runner *runner) {
+  gf_cache_clear(&runner->cache);
+  runner->sync_probe_done = 0;
+}
+
+void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
+  stats->graphs = runner->cache.count;
+  stats->pinned = runner->cache.pinned_count;
+  stats->captures = runner->captures;
+  stats->replays = runner->replays;
+  stats->evictions = runner->cache.evictions;
+  stats->eager_calls = runner->eager_calls;
+  stats->pool_bytes = runner->pool_bytes;
+  stats->enabled = runner->enabled;
+}
+
+const char *gf_runner_disabled_reason(const gf_runner *runner) {
+  return runner->enabled ? "" : runner->disabled_reason;
+}
+
+const char *gf_runner_backend_name(const gf_runner *runner) { return runner->backend->name; }
+
+static void gf_runner_warn(gf_runner *runner, const char *message) {
+  if (runner->host.warn != NULL) {
+    runner->host.warn(runner->host.context, message);
+  }
+}
+
+static gf_status gf_runner_run_eager(gf_runner *runner, const gf_tensor *inputs, size_t count,
+                                     gf_pool *results, gf_error *err) {
+  runner->eager_calls++;
+  return runner->host.run_forward(runner->host.context, inputs, count, results, err);
+}
+
+static gf_status gf_runner_reserve_copies(gf_runner *runner, size_t count, gf_error *err) {
+  if (count <= runner->scratch_copies_capacity) {
+    return GF_OK;
+  }
+  gf_copy *grown = realloc(runner->scratch_copies, count * sizeof *grown);
+  if (grown == NULL) {
+    return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for a copy batch");
+  }
+  runner->scratch_copies = grown;
+  runner->scratch_copies_capacity = count;
+  return GF_OK;
+}
+
+/* Fresh clones of the entry's static outputs (one batched copy), or the static outputs. */
+static gf_status gf_runner_emit_outputs(gf_runner *runner, gf_entry *entry,
+                                        const gf_call_options *options, gf_pool *results,
+                                        gf_error *err) {
+  const gf_pool *outputs = &entry->static_outputs;
+  gf_status status = gf_runner_reserve_copies(runner, outputs->count, err);
+  size_t copy_count = 0;
+  for (size_t i = 0; status == GF_OK && i < outputs->count; ++i) {
+    gf_tensor out;
+    if (options->static_outputs) {
+      status = runner->host.retain(runner->host.context, &outputs->tensors[i], &out, err);
+    } else {
+      status = runner->host.empty_like(runner->host.context, &outputs->tensors[i], &out, err);
+      if (status == GF_OK && gf_tensor_nbytes(&out) > 0) {
+        runner->scratch_copies[copy_count++] = (gf_copy){
+            out.data, outputs->tensors[i].data, (size_t)gf_tensor_nbytes(&out)};
+      }
+    }
+    if (status == GF_OK) {
+      status = gf_pool_add(results, &out, err);
+      if (status != GF_OK) {
+        runner->host.release(runner->host.context, out.handle);
+      }
+    }
+  }
+  if (status == GF_OK && copy_count > 0) {
+    status = runner->backend->copy_batch(runner->backend->context, runner->backend_state,
+                                         runner->scratch_copies, copy_count, err);
+  }
+  return status;
+}
+
+/* The replay path: copy live inputs that are not already in place, launch, emit outputs. */
+static gf_status gf_runner_replay(gf_runner *runner, gf_entry *entry, const gf_tensor *inputs,
+                                  size_t count, const gf_call_options *options, gf_pool *results,
+                                  gf_error *err) {
+  gf_status status = gf_runner_reserve_copies(runner, count, err);
+  if (status != GF_OK) {
+    return status;
+  }
+  size_t copy_count = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const gf_tensor *fixed = &entry->static_inputs.tensors[i];
+    if (gf_tensor_same_view(fixed, &inputs[i]) || gf_tensor_nbytes(fixed) == 0) {
+      continue;
+    }
+    runner->scratch_copies[copy_count++] =
+        (gf_copy){fixed->data, inputs[i].data, (size_t)gf_tensor_nbytes(fixed)};
+  }
+  if (copy_count > 0) {
+    status = runner->backend->copy_batch(runner->backend->context, runner->backend_state,
+                                         runner->scratch_copies, copy_count, err);
+  }
+  if (status == GF_OK) {
+    status = runner->backend->launch(runner->backend->context, runner->backend_state,
+                                     entry->graph, err);
+  }
+  if (status == GF_OK) {
+    status = gf_runner_emit_outputs(runner, entry, options, results, err);
+  }
+  if (status == GF_OK) {
+    entry->replays++;
+    runner->replays++;
+  }
+  return status;
+}
+
+static void gf_runner_discard_outputs(gf_runner *runner, gf_pool *outputs) {
+  gf_pool_free(outputs, gf_runner_release_handle, runner);
+}
+
+/* Runs forwards that must not be recorded: the sync probe (first capture only) and warm-ups on
+ * the side stream. */
+static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, gf_error *err) {
+  const gf_backend *backend = runner->backend;
+  gf_pool scratch = {0};
+  gf_status status = GF_OK;
+  int first = !runner->sync_probe_done;
+  if (first) {
+    status = backend->sync_probe_begin(backend->context, runner->backend_state, err);
+    if (status == GF_OK) {
+      status = runner->host.run_forward(runner->host.context, entry->static_inputs.tensors,
+                                        entry->static_inputs.count, &scratch, err);
+      gf_error end_err = {0};
+      gf_status end = backend->sync_probe_end(backend->context, runner->backend_state, &end_err);
+      if (status == GF_OK && end != GF_OK) {
+        status = gf_error_set(err, end, "%s", end_err.message);
+      }
+    }
+    gf_runner_discard_outputs(runner, &scratch);
+    if (status != GF_OK) {
+      return status;
+    }
+    runner->sync_probe_done = 1;
+  }
+  int iterations = runner->config.warmup_iters;
+  if (!first && iterations > 1) {
+    iterations = 1;
+  }
+  if (iterations == 0) {
+    return GF_OK;
+  }
+  status = backend->warmup_begin(backend->context, runner->backend_state, err);
+  if (status != GF_OK) {
+    return status;
+  }
+  for (int i = 0; i < iterations && status == GF_OK; ++i) {
+    status = runner->host.run_forward(runner->host.context, entry->static_inputs.tensors,
+                                      entry->static_inputs.count, &scratch, err);
+    gf_runner_discard_outputs(runner, &scratch);
+  }
+  gf_error end_err = {0};
+  gf_status end = backend->warmup_end(backend->context, runner->backend_state, &end_err);
+  if (status == GF_OK && end != GF_OK) {
+    status = gf_error_set(err, end, "%s", end_err.message);
+  }
+  return status;
+}
+
+/* The capture protocol for the first call of a signature, up to but not including agreement. */
+static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_tensor *inputs,
+                                   size_t count, const gf_tensor *keep_alive,
+                                   size_t keep_alive_count, gf_error *err) {
+  gf_status status = GF_OK;
+  for (size_t i = 0; status == GF_OK && i < count; ++i) {
+    gf_tensor fixed;
+    status = runner->host.clone_static(runner->host.context, &inputs[i], &fixed, err);
+    if (status == GF_OK) {
+      status = gf_pool_add(&entry->static_inputs, &fixed, err);
+      if (status != GF_OK) {
+        runner->host.release(runner->host.context, fixed.handle);
+      }
+    }
+  }
+  runner->pool_bytes += entry->static_inputs.bytes;
+  for (size_t i = 0; status == GF_OK && i < keep_alive_count; ++i) {
+    gf_tensor held;
+    status = runner->host.retain(runner->host.context, &keep_alive[i], &held, err);
+    if (status == GF_OK) {
+      status = gf_pool_add(&entry->keep_alive, &held, err);
+    }
+  }
+  if (status == GF_OK) {
+    status = gf_runner_prepare_capture(runner, entry, err);
+  }
+  if (status != GF_OK) {
+    return status;
+  }
+  const gf_backend *backend = runner->backend;
+  status = backend->capture_begin(backend->context, runner->backend_state, err);
+  if (status != GF_OK) {
+    return status;
+  }
+  status = runner->host.run_forward(runner->host.context, entry->static_inputs.tensors,
+                                    entry->static_inputs.count, &entry->static_outputs, err);
+  runner->pool_bytes += entry->static_outputs.bytes;
+  gf_error end_err = {0};
+  gf_status end = backend->capture_end(backend->context, runner->backend_state,
+                                       status == GF_OK, &entry->graph, &end_err);
+  if (status == GF_OK && end != GF_OK) {
+    status = gf_error_set(err, end, "%s", end_err.message);
+  }
+  if (status == GF_OK && entry->graph == NULL) {
+    status = gf_error_set(err, GF_ERR_BACKEND, "graphed: the backend returned no graph");
+  }
+  return status;
+}
+
+static int gf_runner_agree(gf_runner *runner, int ok) {
+  if (runner->host.agree == NULL) {
+    return ok;
+  }
+  int agreed = runner->host.agree(runner->host.context, ok);
+  return agreed < 0 ? 0 : agreed;
+}
+
+static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *inputs,
+                                              size_t count, const gf_tensor *keep_alive,
+                                              size_t keep_alive_count,
+                                              const gf_call_options *options, gf_pool *results,
+                                              gf_error *err) {
+  int grew_past_limit = 0;
+  gf_cache_make_room(&runner->cache, &grew_past_limit);
+  if (grew_past_limit) {
+    char message[160];
+    snprintf(message, sizeof message,
+             "graphed: every resident graph is pinned, so the cache grows past max_entries=%zu "
+             "(said once)",
+             runner->cache.max_entries);
+    gf_runner_warn(runner, message);
+  }
+  gf_entry *entry = gf_entry_create(&runner->scratch_signature, options->pin, err);
+  if (entry == NULL) {
+    return err ? err->code : GF_ERR_NO_MEMORY;
+  }
+  gf_error capture_err = {0};
+  gf_status status =
+      gf_runner_capture(runner, entry, inputs, count, keep_alive, keep_alive_count, &capture_err);
+  int agreed = gf_runner_agree(runner, status == GF_OK);
+  if (status == GF_OK && agreed) {
+    status = gf_cache_insert(&runner->cache, entry, &capture_err);
+    if (status != GF_OK) {
+      gf_runner_release_entry(runner, entry);
+      gf_entry_destroy(entry);
+    }
+  } else {
+    gf_runner_release_entry(runner, entry);
+    gf_entry_destroy(entry);
+  }
+  if (status != GF_OK || !agreed) {
+    char reason[GF_REASON_CAPACITY];
+    snprintf(reason, sizeof reason, "capture failed: %.480s",
+             status != GF_OK ? capture_err.message
+                             : "another rank of the process group failed its capture");
+    gf_runner_disable(runner, reason);
+    char message[GF_REASON_CAPACITY + 64];
+    snprintf(message, sizeof message, "graphed: runner disabled, calls now run eager: %s", reason);
+    gf_runner_warn(runner, message);
+    return gf_runner_run_eager(runner, inputs, count, results, err);
+  }
+  runner->captures++;
+  return gf_runner_replay(runner, entry, inputs, count, options, results, err);
+}
+
+gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
+                         const gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
+                         size_t keep_alive_count, const gf_call_options *options,
+                         gf_pool *results, gf_error *err) {
+  static const gf_call_options defaults = {0, 0};
+  if (options == NULL) {
+    options = &defaults;
+  }
+  if (!runner->enabled) {
+    return gf_runner_run_eager(runner, inputs, input_count, results, err);
+  }
+  if (runner->backend->outer_capture_active != NULL &&
+      runner->backend->outer_capture_active(runner->backend->context, runner->backend_state)) {
+    return gf_runner_run_eager(runner, inputs, input_count, results, err);
+  }
+  for (size_t i = 0; i < input_count; ++i) {
+    if (!gf_tensor_is_contiguous(&inputs[i])) {
+      return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
+                          "graphed: input tensor %zu reached the core non-contiguous; the caller "
+                          "must pass contiguous views",
+                          i);
+    }
+  }
+  gf_status status =
+      gf_signature_build(&runner->scratch_signature, key, key_length, inputs, input_count,
+                         runner->cache.hash_fn, err);
+  if (status != GF_OK) {
+    return status;
+  }
+  gf_entry *entry = gf_cache_lookup(&runner->cache, &runner->scratch_signature);
+  if (entry == NULL) {
+    status = gf_runner_capture_and_replay(runner, inputs, input_count, keep_alive,
+                                          keep_alive_count, options, results, err);
+  } else {
+    status = gf_runner_replay(runner, entry, inputs, input_count, options, results, err);
+  }
+  if (status != GF_OK && runner->enabled) {
+    char reason[GF_REASON_CAPACITY];
+    snprintf(reason, sizeof reason, "replay failed: %.480s", err ? err->message : "unknown");
+    gf_runner_disable(runner, reason);
+    gf_runner_warn(runner, reason);
+    gf_pool_release(results, gf_runner_release_handle, runner);
+    return gf_runner_run_eager(runner, inputs, input_count, results, err);
+  }
+  return status;
+}
+
+int64_t gf_runner_entry_replays(gf_runner *runner, const void *key, size_t key_length,
+                                const gf_tensor *inputs, size_t input_count) {
+  gf_signature probe = {0};
+  int64_t replays = -1;
+  if (gf_signature_build(&probe, key, key_length, inputs, input_count, runner->cache.hash_fn,
+                         NULL) == GF_OK) {
+    gf_entry *entry = gf_cache_lookup(&runner->cache, &probe);
+    replays = entry != NULL ? (int64_t)entry->replays : -1;
+  }
+  gf_signature_free(&probe);
+  return replays;
+}

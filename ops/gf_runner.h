@@ -1,0 +1,85 @@
+/* A runner replays captured graphs for one forward: it owns the signature cache, the static pools
+ * and the capture protocol, and keeps the counters users see through stats. Any failure disables
+ * it for good (with a reason) and later calls run eager. It is not thread-safe; the shim
+ * serialises calls per runner. */
+#ifndef GF_RUNNER_H
+#define GF_RUNNER_H
+
+#include "gf_backend.h"
+#include "gf_cache.h"
+#include "gf_host.h"
+#include "gf_status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gf_runner_config {
+  int device_type;  /* where the forward runs, as in gf_tensor */
+  int device_index; /* -1: the current device */
+  size_t max_entries;
+  int warmup_iters;
+  int enabled;          /* 0: every call runs eager, and stats say so */
+  gf_hash_fn hash_fn;   /* NULL: the default hash; tests force collisions with it */
+} gf_runner_config;
+
+typedef struct gf_runner_stats {
+  uint64_t graphs;   /* resident entries */
+  uint64_t pinned;   /* resident pinned entries */
+  uint64_t captures; /* successful captures */
+  uint64_t replays;
+  uint64_t evictions;
+  uint64_t eager_calls;
+  int64_t pool_bytes; /* bytes held by static inputs and outputs of resident entries */
+  int enabled;
+} gf_runner_stats;
+
+typedef struct gf_runner gf_runner;
+
+/* Options of one call. */
+typedef struct gf_call_options {
+  int pin;            /* a new entry is never evicted */
+  int static_outputs; /* return the static output buffers instead of fresh clones */
+} gf_call_options;
+
+/* Makes a runner on backend (NULL: the one chosen at load). The runner takes host.context and
+ * frees it through host.destroy. On failure *runner is NULL and host.destroy has been called. */
+gf_status gf_runner_create(const gf_runner_config *config, const gf_host *host,
+                           const gf_backend *backend, gf_runner **runner, gf_error *err);
+void gf_runner_destroy(gf_runner *runner);
+
+/* One call: key identifies everything that is not a tensor. Appends the outputs (owned handles)
+ * to results. Returns non-OK only when the forward itself failed eagerly or the input is bad;
+ * capture failures disable the runner and the call still returns the eager result. */
+gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
+                         const gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
+                         size_t keep_alive_count, const gf_call_options *options,
+                         gf_pool *results, gf_error *err);
+
+/* Disables the runner for the rest of its life and drops every graph. The first reason sticks. */
+void gf_runner_disable(gf_runner *runner, const char *reason);
+
+/* Drops every graph and pool; the runner stays enabled (the next call captures again, with the
+ * sync probe again). */
+void gf_runner_reset(gf_runner *runner);
+
+void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats);
+
+/* "" while enabled, else why not. */
+const char *gf_runner_disabled_reason(const gf_runner *runner);
+
+/* The name of the runner's backend. */
+const char *gf_runner_backend_name(const gf_runner *runner);
+
+/* Replays counted by the entry that this key and these inputs would hit; -1 when absent. */
+int64_t gf_runner_entry_replays(gf_runner *runner, const void *key, size_t key_length,
+                                const gf_tensor *inputs, size_t input_count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GF_RUNNER_H */

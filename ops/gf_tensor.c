@@ -1,0 +1,35 @@
+/* Small facts about a gf_tensor that the signature, the pools and the replay path all need. */
+#include "gf_tensor.h"
+
+int64_t gf_tensor_numel(const gf_tensor *t) {
+  int64_t count = 1;
+  for (int32_t d = 0; d < t->ndim; ++d) {
+    count *= t->sizes[d];
+  }
+  return count;
+}
+
+int64_t gf_tensor_nbytes(const gf_tensor *t) { return gf_tensor_numel(t) * t->itemsize; }
+
+int gf_tensor_is_contiguous(const gf_tensor *t) {
+  int64_t expected = 1;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    if (t->sizes[d] != 1 && t->strides[d] != expected) {
+      return 0;
+    }
+    expected *= t->sizes[d];
+  }
+  return 1;
+}
+
+int gf_tensor_same_view(const gf_tensor *a, const gf_tensor *b) {
+  if (a->data != b->data || a->ndim != b->ndim) {
+    return 0;
+  }
+  for (int32_t d = 0; d < a->ndim; ++d) {
+    if (a->sizes[d] != b->sizes[d] || a->strides[d] != b->strides[d]) {
+      return 0;
+    }
+  }
+  return 1;
+}

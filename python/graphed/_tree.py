@@ -1,0 +1,414 @@
+"""Flatten keyword-argument trees into tensors plus a hashable skeleton, and copy them into the
+static buffers a captured CUDA graph reads, so each forward can pick and refresh the right graph.
+
+Only dict, list, tuple and namedtuple are walked. Any other object is an opaque leaf that goes
+into the key by type and repr; one that holds a tensor is rejected, because that tensor would
+keep its capture-time address and never be refreshed on replay.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = [
+    "TreeSpec",
+    "clone_static",
+    "copy_into",
+    "flatten_kwargs",
+    "kwargs_signature",
+    "unflatten",
+]
+
+# Leaves that can never hold a tensor: no search inside them.
+_PRIMITIVE_TYPES = frozenset(
+    {
+        type(None),
+        bool,
+        int,
+        float,
+        complex,
+        str,
+        bytes,
+        torch.dtype,
+        torch.device,
+        torch.Size,
+        torch.layout,
+        torch.memory_format,
+    }
+)
+# Objects whose attributes are not searched for tensors (classes, modules, functions, enums).
+_NOT_SEARCHED = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    enum.Enum,
+)
+_MAX_SEARCH_DEPTH = 8
+_WHY_REJECTED = (
+    "its tensors would keep their capture-time address and not be refreshed on replay; "
+    "pass the tensor through a dict, list or tuple, or through keep_alive"
+)
+
+# Spec nodes: _TENSOR marks a tensor slot; all others are tuples tagged by their first item.
+_TENSOR = None
+_LEAF, _DICT, _LIST, _TUPLE, _NAMEDTUPLE = range(5)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TreeSpec:
+    """What `unflatten` needs to rebuild a kwargs dict from its tensors."""
+
+    root: tuple
+    num_tensors: int
+
+
+class _PathError(Exception):
+    """Raised deep in a walk; each container level adds its path segment while unwinding."""
+
+    def __init__(self, what: str, segment: str = "") -> None:
+        super().__init__(what)
+        self.what = what
+        self.segments = [segment] if segment else []
+
+    def path(self, root: str) -> str:
+        return root + "".join(reversed(self.segments))
+
+
+class _TensorInObject(_PathError):
+    pass
+
+
+class _Mismatch(_PathError):
+    pass
+
+
+def _is_namedtuple_type(cls: type) -> bool:
+    return issubclass(cls, tuple) and hasattr(cls, "_fields")
+
+
+def _type_name(cls: type) -> str:
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _leaf_token(value: Any) -> str:
+    """Length-prefixed `type:repr`, so no repr can be mistaken for structure in the key."""
+    text = f"{_type_name(type(value))}:{value!r}"
+    return f"L{len(text)}:{text}"
+
+
+def _slot_names(cls: type) -> list[str]:
+    names = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            if slot in ("__dict__", "__weakref__"):
+                continue
+            private = slot.startswith("__") and not slot.endswith("__")
+            names.append(f"_{klass.__name__.lstrip('_')}{slot}" if private else slot)
+    return names
+
+
+def _find_tensor(obj: Any, depth: int, seen: set[int]) -> str | None:
+    """Path suffix to a tensor held somewhere inside `obj`, or None if there is none."""
+    if isinstance(obj, torch.Tensor):
+        return ""
+    if type(obj) in _PRIMITIVE_TYPES or depth >= _MAX_SEARCH_DEPTH:
+        return None
+    if isinstance(obj, _NOT_SEARCHED) or id(obj) in seen:
+        return None
+    seen.add(id(obj))
+    depth += 1
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            found = _find_tensor(value, depth, seen)
+            if found is not None:
+                return f"[{key!r}]{found}"
+        return None
+    if isinstance(obj, (list, tuple)):
+        for index, value in enumerate(obj):
+            found = _find_tensor(value, depth, seen)
+            if found is not None:
+                return f"[{index}]{found}"
+        return None
+    if isinstance(obj, (set, frozenset)):
+        for value in obj:
+            found = _find_tensor(value, depth, seen)
+            if found is not None:
+                return f"{{<element>}}{found}"
+        return None
+    attributes = getattr(obj, "__dict__", None)
+    if isinstance(attributes, dict):
+        for name, value in attributes.items():
+            found = _find_tensor(value, depth, seen)
+            if found is not None:
+                return f".{name}{found}"
+    for name in _slot_names(type(obj)):
+        try:
+            value = getattr(obj, name)
+        except AttributeError:
+            continue
+        found = _find_tensor(value, depth, seen)
+        if found is not None:
+            return f".{name}{found}"
+    return None
+
+
+def _reject_if_holds_tensor(value: Any) -> None:
+    if type(value) in _PRIMITIVE_TYPES:
+        return
+    found = _find_tensor(value, 0, set())
+    if found is not None:
+        raise _TensorInObject(f"tensor inside a {_type_name(type(value))} object", found)
+
+
+def _check_dict_key(key: Any) -> None:
+    if type(key) in _PRIMITIVE_TYPES or isinstance(key, enum.Enum):
+        return
+    if type(key) is tuple:
+        for item in key:
+            _check_dict_key(item)
+        return
+    raise _PathError(f"dict key {key!r} of type {_type_name(type(key))} is not a primitive")
+
+
+def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str]) -> Any:
+    """Append `value`'s tensors and key tokens; return its spec node."""
+    cls = type(value)
+    if cls is torch.Tensor or isinstance(value, torch.Tensor):
+        tensors.append(value)
+        parts.append("T")
+        return _TENSOR
+    if cls in _PRIMITIVE_TYPES:
+        parts.append(_leaf_token(value))
+        return (_LEAF, value)
+    if cls is dict:
+        keys = tuple(value)
+        children = []
+        parts.append("{")
+        for key in keys:
+            _check_dict_key(key)
+            parts.append(_leaf_token(key))
+            try:
+                children.append(_flatten(value[key], tensors, parts))
+            except _PathError as error:
+                error.segments.append(f"[{key!r}]")
+                raise
+        parts.append("}")
+        return (_DICT, keys, tuple(children))
+    if cls is list or cls is tuple or _is_namedtuple_type(cls):
+        if cls is list:
+            node_head, close_token = (_LIST,), "]"
+            parts.append("[")
+        else:
+            node_head, close_token = (_TUPLE,), ")"
+            if cls is not tuple:
+                name = _type_name(cls)
+                node_head = (_NAMEDTUPLE, cls)
+                parts.append(f"N{len(name)}:{name}")
+            parts.append("(")
+        children = []
+        for index, item in enumerate(value):
+            try:
+                children.append(_flatten(item, tensors, parts))
+            except _PathError as error:
+                error.segments.append(_item_segment(value, index))
+                raise
+        parts.append(close_token)
+        return (*node_head, tuple(children))
+    _reject_if_holds_tensor(value)
+    parts.append(_leaf_token(value))
+    return (_LEAF, value)
+
+
+def _item_segment(sequence: Any, index: int) -> str:
+    fields = getattr(type(sequence), "_fields", None)
+    return f".{fields[index]}" if fields and type(sequence) is not tuple else f"[{index}]"
+
+
+def _walk_kwargs(kwargs: dict, variant: Any) -> tuple[list[torch.Tensor], str, tuple]:
+    if type(kwargs) is not dict:
+        raise TypeError(f"kwargs must be a dict, got {_type_name(type(kwargs))}")
+    for name in kwargs:
+        if type(name) is not str:
+            raise TypeError(f"kwargs keys must be str, got {name!r} ({_type_name(type(name))})")
+    tensors: list[torch.Tensor] = []
+    parts = ["V", _leaf_token(variant)]
+    try:
+        root = _flatten(kwargs, tensors, parts)
+    except _TensorInObject as error:
+        raise TypeError(f"{error.path('kwargs')}: {error.what}; {_WHY_REJECTED}") from None
+    except _PathError as error:
+        raise TypeError(f"{error.path('kwargs')}: {error.what}") from None
+    return tensors, "".join(parts), root
+
+
+def flatten_kwargs(kwargs: dict, variant: Any = None) -> tuple[list[torch.Tensor], str, TreeSpec]:
+    """Split kwargs into (tensors in walk order, skeleton key, spec for `unflatten`).
+
+    The key encodes containers, dict keys, lengths, every non-tensor value with its type, and
+    `variant`; tensors appear only as placeholders (their dtype and shape are not in it).
+    """
+    tensors, key, root = _walk_kwargs(kwargs, variant)
+    return tensors, key, TreeSpec(root, len(tensors))
+
+
+def _rebuild(node: Any, tensors: Any) -> Any:
+    if node is _TENSOR:
+        return next(tensors)
+    tag = node[0]
+    if tag == _LEAF:
+        return node[1]
+    if tag == _DICT:
+        return dict(zip(node[1], [_rebuild(child, tensors) for child in node[2]], strict=True))
+    if tag == _LIST:
+        return [_rebuild(child, tensors) for child in node[1]]
+    if tag == _TUPLE:
+        return tuple([_rebuild(child, tensors) for child in node[1]])
+    return node[1](*[_rebuild(child, tensors) for child in node[2]])
+
+
+def unflatten(spec: TreeSpec, tensors: list[torch.Tensor]) -> dict:
+    """Rebuild the kwargs dict `spec` came from, with `tensors` in the tensor slots."""
+    if len(tensors) != spec.num_tensors:
+        raise ValueError(f"spec has {spec.num_tensors} tensor slots, got {len(tensors)} tensors")
+    return _rebuild(spec.root, iter(tensors))
+
+
+def kwargs_signature(kwargs: dict, variant: Any = None) -> tuple:
+    """Hashable (key, ((dtype, device, shape), ...)); tensor values never enter it."""
+    tensors, key, _ = _walk_kwargs(kwargs, variant)
+    return key, tuple((t.dtype, t.device, tuple(t.shape)) for t in tensors)
+
+
+def _clone(value: Any) -> Any:
+    cls = type(value)
+    if cls is torch.Tensor or isinstance(value, torch.Tensor):
+        buffer = torch.empty_like(value, memory_format=torch.contiguous_format)
+        buffer.copy_(value)
+        return buffer
+    if cls is dict:
+        cloned = {}
+        for key, item in value.items():
+            try:
+                cloned[key] = _clone(item)
+            except _PathError as error:
+                error.segments.append(f"[{key!r}]")
+                raise
+        return cloned
+    if cls is list or cls is tuple or _is_namedtuple_type(cls):
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(_clone(item))
+            except _PathError as error:
+                error.segments.append(_item_segment(value, index))
+                raise
+        if cls is list:
+            return items
+        return tuple(items) if cls is tuple else cls(*items)
+    _reject_if_holds_tensor(value)
+    return value
+
+
+def clone_static(tree: Any, *, root: str = "tree") -> Any:
+    """Copy every tensor of `tree` into a fresh contiguous buffer; other leaves are kept as-is."""
+    try:
+        with torch.no_grad():
+            return _clone(tree)
+    except _TensorInObject as error:
+        raise TypeError(f"{error.path(root)}: {error.what}; {_WHY_REJECTED}") from None
+
+
+def _describe(value: Any) -> str:
+    return "a tensor" if isinstance(value, torch.Tensor) else _type_name(type(value))
+
+
+def _pair(static: Any, current: Any, dsts: list, srcs: list) -> None:
+    """Match `current` against `static`, collecting the tensor pairs that need a copy."""
+    if isinstance(static, torch.Tensor):
+        if not isinstance(current, torch.Tensor):
+            raise _Mismatch(f"static is a tensor, current is {_describe(current)}")
+        if static.dtype != current.dtype:
+            raise _Mismatch(f"dtype differs: static {static.dtype}, current {current.dtype}")
+        if static.device != current.device:
+            raise _Mismatch(f"device differs: static {static.device}, current {current.device}")
+        if static.shape != current.shape:
+            raise _Mismatch(f"shape differs: static {static.shape}, current {current.shape}")
+        if static.data_ptr() != current.data_ptr():
+            dsts.append(static)
+            srcs.append(current)
+        elif static.stride() != current.stride():
+            # A differently strided view of the buffer itself: copy_ refuses the overlap.
+            dsts.append(static)
+            srcs.append(current.clone())
+        return
+    cls = type(static)
+    if cls is not type(current):
+        raise _Mismatch(f"static is {_describe(static)}, current is {_describe(current)}")
+    if cls is dict:
+        if static.keys() != current.keys():
+            missing = [key for key in static if key not in current]
+            extra = [key for key in current if key not in static]
+            raise _Mismatch(f"dict keys differ: missing in current {missing}, extra {extra}")
+        for key, item in static.items():
+            try:
+                _pair(item, current[key], dsts, srcs)
+            except _PathError as error:
+                error.segments.append(f"[{key!r}]")
+                raise
+        return
+    if cls is list or cls is tuple or _is_namedtuple_type(cls):
+        if len(static) != len(current):
+            raise _Mismatch(f"length differs: static {len(static)}, current {len(current)}")
+        for index, item in enumerate(static):
+            try:
+                _pair(item, current[index], dsts, srcs)
+            except _PathError as error:
+                error.segments.append(_item_segment(static, index))
+                raise
+        return
+    if static is current:
+        return
+    _reject_if_holds_tensor(current)
+    if _leaf_token(static) != _leaf_token(current):
+        raise _Mismatch(f"value differs: static {static!r}, current {current!r}")
+
+
+def _copy_all(dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
+    if len(dsts) > 1 and hasattr(torch, "_foreach_copy_"):
+        try:
+            torch._foreach_copy_(dsts, srcs)
+            return
+        except RuntimeError:
+            pass  # e.g. mixed devices: copy one by one below
+    for dst, src in zip(dsts, srcs, strict=True):
+        dst.copy_(src)
+
+
+def copy_into(static: Any, current: Any, *, root: str = "tree") -> int:
+    """Copy the tensors of `current` into the same positions of `static`; return how many.
+
+    Both trees must match in structure, non-tensor values and per-tensor dtype, device and
+    shape. A current tensor already at its static buffer's address and strides is skipped.
+    """
+    dsts: list[torch.Tensor] = []
+    srcs: list[torch.Tensor] = []
+    try:
+        _pair(static, current, dsts, srcs)
+    except _TensorInObject as error:
+        raise TypeError(f"{error.path(root)}: {error.what}; {_WHY_REJECTED}") from None
+    except _Mismatch as error:
+        raise ValueError(f"copy_into: {error.path(root)}: {error.what}") from None
+    if dsts:
+        with torch.no_grad():
+            _copy_all(dsts, srcs)
+    return len(dsts)

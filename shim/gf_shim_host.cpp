@@ -1,0 +1,152 @@
+// The libtorch implementation of the core's gf_host hooks (see gf_shim_host.h). Every hook catches
+// what torch throws and turns it into a status: no exception crosses into the C core.
+#include "gf_shim_host.h"
+
+#include "gf_shim_tensor.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <exception>
+
+namespace graphed {
+
+namespace {
+
+HostContext *host_context(void *context) { return static_cast<HostContext *>(context); }
+
+gf_status status_of_exception(gf_error *err, const char *what_failed) {
+  try {
+    throw;
+  } catch (const c10::Error &e) {
+    return gf_error_set(err, GF_ERR_BACKEND, "%s: %s", what_failed, e.what_without_backtrace());
+  } catch (const std::exception &e) {
+    return gf_error_set(err, GF_ERR_BACKEND, "%s: %s", what_failed, e.what());
+  } catch (...) {
+    return gf_error_set(err, GF_ERR_BACKEND, "%s: unknown C++ exception", what_failed);
+  }
+}
+
+gf_status host_clone_static(void *, const gf_tensor *live, gf_tensor *out, gf_error *err) {
+  try {
+    // live is a borrowed view whose handle the shim set to the caller's tensor.
+    const at::Tensor &source = tensor_of_handle(live->handle);
+    at::Tensor fixed = at::empty(source.sizes(), source.options().memory_format(
+                                                     at::MemoryFormat::Contiguous));
+    fixed.copy_(source);
+    *out = describe_tensor(fixed, true);
+    return GF_OK;
+  } catch (...) {
+    return status_of_exception(err, "graphed: making a static copy of an input failed");
+  }
+}
+
+gf_status host_empty_like(void *, const gf_tensor *like, gf_tensor *out, gf_error *err) {
+  try {
+    const at::Tensor &model = tensor_of_handle(like->handle);
+    at::Tensor fresh =
+        at::empty(model.sizes(), model.options().memory_format(at::MemoryFormat::Contiguous));
+    *out = describe_tensor(fresh, true);
+    return GF_OK;
+  } catch (...) {
+    return status_of_exception(err, "graphed: allocating an output failed");
+  }
+}
+
+gf_status host_retain(void *, const gf_tensor *tensor, gf_tensor *out, gf_error *err) {
+  try {
+    *out = describe_tensor(tensor_of_handle(tensor->handle), true);
+    return GF_OK;
+  } catch (...) {
+    return status_of_exception(err, "graphed: holding a tensor failed");
+  }
+}
+
+gf_status host_run_forward(void *context, const gf_tensor *inputs, size_t count, gf_pool *outputs,
+                           gf_error *err) {
+  HostContext *host = host_context(context);
+  try {
+    // graphed replays inference forwards: nothing it captures records autograd history.
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> arguments;
+    arguments.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      arguments.push_back(tensor_of_handle(inputs[i].handle));
+    }
+    std::vector<at::Tensor> results = call_tensor_list_op(host->forward_op, arguments);
+    for (at::Tensor &result : results) {
+      // The replay path copies raw bytes, so static outputs must be dense.
+      at::Tensor dense = result.is_contiguous() ? result : result.contiguous();
+      gf_tensor described = describe_tensor(dense, true);
+      gf_status status = gf_pool_add(outputs, &described, err);
+      if (status != GF_OK) {
+        release_handle(described.handle);
+        return status;
+      }
+    }
+    return GF_OK;
+  } catch (...) {
+    std::string what = "graphed: the forward of '" + host->name + "' failed";
+    return status_of_exception(err, what.c_str());
+  }
+}
+
+int host_agree(void *context, int ok) {
+  HostContext *host = host_context(context);
+  if (!host->agree_op.has_value()) {
+    return ok;
+  }
+  try {
+    at::Tensor flag = at::full({1}, ok ? 1 : 0, at::TensorOptions().dtype(at::kInt));
+    std::vector<c10::IValue> stack{flag};
+    host->agree_op->callBoxed(stack);
+    return stack.at(0).toTensor().item<int>() > 0 ? 1 : 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+void host_release(void *, void *handle) { release_handle(handle); }
+
+void host_warn(void *, const char *message) { TORCH_WARN(message); }
+
+void host_destroy(void *context) { delete host_context(context); }
+
+} // namespace
+
+c10::OperatorHandle find_operator(const std::string &qualified_name, const char *role) {
+  auto separator = qualified_name.find("::");
+  TORCH_CHECK_VALUE(separator != std::string::npos && separator > 0,
+                    "graphed: the ", role, " operator must be named 'namespace::name', got '",
+                    qualified_name, "'");
+  auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName(qualified_name, ""));
+  TORCH_CHECK_VALUE(op.has_value(), "graphed: no operator '", qualified_name,
+                    "' is registered to serve as the ", role,
+                    "; register it (torch.library or TORCH_LIBRARY) before creating the runner");
+  return *op;
+}
+
+std::vector<at::Tensor> call_tensor_list_op(const c10::OperatorHandle &op,
+                                            const std::vector<at::Tensor> &inputs) {
+  std::vector<c10::IValue> stack;
+  stack.emplace_back(c10::List<at::Tensor>(inputs));
+  op.callBoxed(stack);
+  TORCH_CHECK(stack.size() == 1, "graphed: the forward operator must return one Tensor[]");
+  return stack[0].toTensorVector();
+}
+
+gf_host make_torch_host(HostContext *context) {
+  gf_host host{};
+  host.context = context;
+  host.clone_static = host_clone_static;
+  host.empty_like = host_empty_like;
+  host.retain = host_retain;
+  host.run_forward = host_run_forward;
+  host.agree = host_agree;
+  host.release = host_release;
+  host.warn = host_warn;
+  host.destroy = host_destroy;
+  return host;
+}
+
+} // namespace graphed

@@ -1,0 +1,33 @@
+// The host side of a runner built from libtorch: tensors are at::Tensor handles, the forward to
+// capture is an operator found by name in the dispatcher (Python registers the module's forward,
+// a C++ test registers its own), and agreement across ranks is another such operator.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+#include <string>
+
+extern "C" {
+#include "gf_host.h"
+}
+
+namespace graphed {
+
+struct HostContext {
+  c10::OperatorHandle forward_op;              // (Tensor[] inputs) -> Tensor[]
+  std::optional<c10::OperatorHandle> agree_op; // (Tensor ok) -> Tensor, MIN over the group
+  std::string name;
+};
+
+// Finds an operator "namespace::name" (no overload) or throws a c10::Error naming it.
+c10::OperatorHandle find_operator(const std::string &qualified_name, const char *role);
+
+// A gf_host over a new HostContext (freed by host.destroy).
+gf_host make_torch_host(HostContext *context);
+
+// Calls a (Tensor[]) -> Tensor[] operator through the boxed dispatcher.
+std::vector<at::Tensor> call_tensor_list_op(const c10::OperatorHandle &op,
+                                            const std::vector<at::Tensor> &inputs);
+
+} // namespace graphed

@@ -1,0 +1,191 @@
+// Registers the graphed operators with the dispatcher. This is the only place where a core status
+// becomes a torch error: ValueError for bad values, TypeError for wrong kinds, RuntimeError for the
+// rest. Schemas:
+//   create(str name, str forward_op, Device device, int max_entries, int warmup_iters,
+//          bool enabled, str? agree_op) -> int
+//   forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive=[], bool pin=False,
+//           bool static_outputs=False) -> Tensor[]
+//   stats(int runner) -> (int[], str, str)      counters, backend name, disabled reason
+//   disable(int runner, str reason) -> ()
+//   reset(int runner) -> ()
+//   destroy(int runner) -> ()
+//   backend() -> str[]                          the backend chosen at load and why
+//   entry_replays(int runner, str key, Tensor[] inputs) -> int
+#include "gf_shim_host.h"
+#include "gf_shim_registry.h"
+#include "gf_shim_tensor.h"
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+extern "C" {
+#include "gf_backend.h"
+#include "gf_runner.h"
+}
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace graphed {
+
+namespace {
+
+[[noreturn]] void raise_status(gf_status status, const gf_error &err) {
+  const char *message = err.message[0] ? err.message : gf_status_name(status);
+  TORCH_CHECK_VALUE(status != GF_ERR_INVALID_ARGUMENT, message);
+  TORCH_CHECK_TYPE(status != GF_ERR_TYPE, message);
+  TORCH_CHECK(false, message);
+}
+
+// Borrowed descriptors of the tensors, made contiguous where they are not (the replay path copies
+// raw bytes). `dense` keeps the contiguous copies alive for the call.
+std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at::Tensor> &dense) {
+  dense.clear();
+  dense.reserve(tensors.size());
+  std::vector<gf_tensor> described(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TORCH_CHECK_VALUE(tensors[i].defined(), "graphed: input tensor ", i, " is undefined");
+    TORCH_CHECK_VALUE(tensors[i].dim() <= GF_MAX_DIMS, "graphed: input tensor ", i, " has ",
+                      tensors[i].dim(), " dimensions; at most ", GF_MAX_DIMS, " are supported");
+    dense.push_back(tensors[i].is_contiguous() ? tensors[i] : tensors[i].contiguous());
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    described[i] = describe_tensor(dense[i], false);
+    described[i].handle = &dense[i];
+  }
+  return described;
+}
+
+int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Device device,
+                  int64_t max_entries, int64_t warmup_iters, bool enabled,
+                  std::optional<c10::string_view> agree_op) {
+  TORCH_CHECK_VALUE(max_entries >= 1, "graphed: max_entries must be at least 1, got ",
+                    max_entries);
+  TORCH_CHECK_VALUE(warmup_iters >= 0, "graphed: warmup_iters must be 0 or more, got ",
+                    warmup_iters);
+  auto *context = new HostContext{find_operator(std::string(forward_op), "forward"),
+                                  std::nullopt, std::string(name)};
+  try {
+    if (agree_op.has_value() && !agree_op->empty()) {
+      context->agree_op = find_operator(std::string(*agree_op), "agreement");
+    }
+  } catch (...) {
+    delete context;
+    throw;
+  }
+  gf_runner_config config{};
+  config.device_type = static_cast<int>(device.type());
+  config.device_index = device.has_index() ? device.index() : -1;
+  config.max_entries = static_cast<size_t>(max_entries);
+  config.warmup_iters = static_cast<int>(warmup_iters);
+  config.enabled = enabled ? 1 : 0;
+  gf_host host = make_torch_host(context);
+  gf_runner *runner = nullptr;
+  gf_error err{};
+  gf_status status = gf_runner_create(&config, &host, nullptr, &runner, &err);
+  if (status != GF_OK) {
+    raise_status(status, err);
+  }
+  return register_runner(runner, std::string(name));
+}
+
+std::vector<at::Tensor> forward_op(int64_t runner_id, c10::string_view key,
+                                   at::TensorList inputs, at::TensorList keep_alive, bool pin,
+                                   bool static_outputs) {
+  std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
+  std::vector<at::Tensor> dense_inputs;
+  std::vector<at::Tensor> dense_keep_alive;
+  std::vector<gf_tensor> described = describe_borrowed(inputs, dense_inputs);
+  std::vector<gf_tensor> held = describe_borrowed(keep_alive, dense_keep_alive);
+  gf_call_options options{pin ? 1 : 0, static_outputs ? 1 : 0};
+  gf_pool results{};
+  gf_error err{};
+  gf_status status;
+  {
+    std::lock_guard<std::recursive_mutex> guard(slot->mutex);
+    status = gf_runner_call(slot->runner, key.data(), key.size(), described.data(),
+                            described.size(), held.data(), held.size(), &options, &results, &err);
+  }
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(results.count);
+  for (size_t i = 0; i < results.count; ++i) {
+    outputs.push_back(take_handle(results.tensors[i].handle));
+  }
+  gf_pool_free(&results, nullptr, nullptr);
+  if (status != GF_OK) {
+    raise_status(status, err);
+  }
+  return outputs;
+}
+
+std::tuple<std::vector<int64_t>, std::string, std::string> stats_op(int64_t runner_id) {
+  std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
+  std::lock_guard<std::recursive_mutex> guard(slot->mutex);
+  gf_runner_stats stats{};
+  gf_runner_get_stats(slot->runner, &stats);
+  std::vector<int64_t> counters{static_cast<int64_t>(stats.graphs),
+                                static_cast<int64_t>(stats.pinned),
+                                static_cast<int64_t>(stats.captures),
+                                static_cast<int64_t>(stats.replays),
+                                static_cast<int64_t>(stats.evictions),
+                                static_cast<int64_t>(stats.eager_calls),
+                                stats.pool_bytes,
+                                stats.enabled};
+  return {counters, gf_runner_backend_name(slot->runner),
+          gf_runner_disabled_reason(slot->runner)};
+}
+
+void disable_op(int64_t runner_id, c10::string_view reason) {
+  std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
+  std::lock_guard<std::recursive_mutex> guard(slot->mutex);
+  gf_runner_disable(slot->runner, std::string(reason).c_str());
+}
+
+void reset_op(int64_t runner_id) {
+  std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
+  std::lock_guard<std::recursive_mutex> guard(slot->mutex);
+  gf_runner_reset(slot->runner);
+}
+
+void destroy_op(int64_t runner_id) { unregister_runner(runner_id); }
+
+std::vector<std::string> backend_op() {
+  return {gf_backend_current()->name, gf_backend_choice_reason()};
+}
+
+int64_t entry_replays_op(int64_t runner_id, c10::string_view key, at::TensorList inputs) {
+  std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
+  std::vector<at::Tensor> dense;
+  std::vector<gf_tensor> described = describe_borrowed(inputs, dense);
+  std::lock_guard<std::recursive_mutex> guard(slot->mutex);
+  return gf_runner_entry_replays(slot->runner, key.data(), key.size(), described.data(),
+                                 described.size());
+}
+
+} // namespace
+
+} // namespace graphed
+
+TORCH_LIBRARY(graphed, m) {
+  m.def("create(str name, str forward_op, Device device, int max_entries, int warmup_iters, "
+        "bool enabled, str? agree_op) -> int",
+        &graphed::create_op);
+  m.def("forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive=[], bool pin=False, "
+        "bool static_outputs=False) -> Tensor[]");
+  m.impl("forward", c10::DispatchKey::CompositeExplicitAutograd,
+         TORCH_FN(graphed::forward_op));
+  m.def("stats(int runner) -> (int[], str, str)", &graphed::stats_op);
+  m.def("disable(int runner, str reason) -> ()", &graphed::disable_op);
+  m.def("reset(int runner) -> ()", &graphed::reset_op);
+  m.def("destroy(int runner) -> ()", &graphed::destroy_op);
+  m.def("backend() -> str[]", &graphed::backend_op);
+  m.def("entry_replays(int runner, str key, Tensor[] inputs) -> int", &graphed::entry_replays_op);
+}
+
+// The backend is chosen when the library loads.
+namespace {
+struct ChooseBackendAtLoad {
+  ChooseBackendAtLoad() { gf_backend_choose(); }
+} choose_backend_at_load;
+} // namespace

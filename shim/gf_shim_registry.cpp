@@ -1,0 +1,63 @@
+// The runner table (see gf_shim_registry.h).
+#include "gf_shim_registry.h"
+
+#include <c10/util/Exception.h>
+
+#include <unordered_map>
+
+namespace graphed {
+
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<int64_t, std::shared_ptr<RunnerSlot>> slots;
+  int64_t next_id = 1;
+};
+
+Registry &registry() {
+  // Leaked on purpose: runners may still be released by Python objects during interpreter exit,
+  // after static destructors would have run.
+  static Registry *instance = new Registry();
+  return *instance;
+}
+
+} // namespace
+
+int64_t register_runner(gf_runner *runner, const std::string &name) {
+  auto slot = std::make_shared<RunnerSlot>();
+  slot->runner = runner;
+  slot->name = name;
+  Registry &table = registry();
+  std::lock_guard<std::mutex> guard(table.mutex);
+  int64_t id = table.next_id++;
+  table.slots.emplace(id, std::move(slot));
+  return id;
+}
+
+std::shared_ptr<RunnerSlot> find_runner(int64_t id) {
+  Registry &table = registry();
+  std::lock_guard<std::mutex> guard(table.mutex);
+  auto found = table.slots.find(id);
+  TORCH_CHECK_VALUE(found != table.slots.end(), "graphed: no runner with id ", id,
+                    " (it was destroyed, or never created)");
+  return found->second;
+}
+
+void unregister_runner(int64_t id) {
+  std::shared_ptr<RunnerSlot> slot;
+  {
+    Registry &table = registry();
+    std::lock_guard<std::mutex> guard(table.mutex);
+    auto found = table.slots.find(id);
+    if (found == table.slots.end()) {
+      return;
+    }
+    slot = std::move(found->second);
+    table.slots.erase(found);
+  }
+  std::lock_guard<std::recursive_mutex> guard(slot->mutex);
+  // The runner is destroyed when the last holder lets go of the slot.
+}
+
+} // namespace graphed

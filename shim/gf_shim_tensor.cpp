@@ -1,0 +1,37 @@
+// Translation between at::Tensor and gf_tensor (see gf_shim_tensor.h).
+#include "gf_shim_tensor.h"
+
+#include <algorithm>
+
+namespace graphed {
+
+gf_tensor describe_tensor(const at::Tensor &t, bool owned) {
+  gf_tensor d{};
+  d.data = t.data_ptr();
+  d.dtype = static_cast<int32_t>(t.scalar_type());
+  d.itemsize = static_cast<int32_t>(t.element_size());
+  d.device_type = static_cast<int32_t>(t.device().type());
+  d.device_index = t.device().has_index() ? static_cast<int32_t>(t.device().index()) : -1;
+  const int64_t ndim = t.dim();
+  d.ndim = static_cast<int32_t>(ndim);
+  const int64_t stored = std::min<int64_t>(ndim, static_cast<int64_t>(GF_MAX_DIMS));
+  for (int64_t i = 0; i < stored; ++i) {
+    d.sizes[i] = t.size(i);
+    d.strides[i] = t.stride(i);
+  }
+  d.handle = owned ? new at::Tensor(t) : nullptr;
+  return d;
+}
+
+const at::Tensor &tensor_of_handle(void *handle) { return *static_cast<at::Tensor *>(handle); }
+
+at::Tensor take_handle(void *handle) {
+  auto *owned = static_cast<at::Tensor *>(handle);
+  at::Tensor t = std::move(*owned);
+  delete owned;
+  return t;
+}
+
+void release_handle(void *handle) { delete static_cast<at::Tensor *>(handle); }
+
+} // namespace graphed

@@ -1,0 +1,24 @@
+// The one translation between at::Tensor and the core's gf_tensor, so the core never sees torch.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+extern "C" {
+#include "gf_tensor.h"
+}
+
+namespace graphed {
+
+// A descriptor of t; handle is NULL (borrowed) unless owned is true, in which case it owns a new
+// reference to t that release_handle frees.
+gf_tensor describe_tensor(const at::Tensor &t, bool owned);
+
+// The tensor a handle owns.
+const at::Tensor &tensor_of_handle(void *handle);
+
+// Takes the tensor out of a handle and frees the handle.
+at::Tensor take_handle(void *handle);
+
+void release_handle(void *handle);
+
+} // namespace graphed
