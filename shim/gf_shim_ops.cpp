@@ -3,7 +3,7 @@
 // rest. Schemas:
 //   create(str name, str forward_op, Device device, int max_entries, int warmup_iters,
 //          bool enabled, str? agree_op) -> int
-//   forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive=[], bool pin=False,
+//   forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive, bool pin=False,
 //           bool static_outputs=False) -> Tensor[]
 //   stats(int runner) -> (int[], str, str)      counters, backend name, disabled reason
 //   disable(int runner, str reason) -> ()
@@ -171,7 +171,7 @@ TORCH_LIBRARY(graphed, m) {
   m.def("create(str name, str forward_op, Device device, int max_entries, int warmup_iters, "
         "bool enabled, str? agree_op) -> int",
         &graphed::create_op);
-  m.def("forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive=[], bool pin=False, "
+  m.def("forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive, bool pin=False, "
         "bool static_outputs=False) -> Tensor[]");
   m.impl("forward", c10::DispatchKey::CompositeExplicitAutograd,
          TORCH_FN(graphed::forward_op));

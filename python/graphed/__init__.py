@@ -1,0 +1,23 @@
+"""graphed: replay captured device graphs of fixed-shape, keyword-only forwards.
+
+Importing the package loads the native plugin, which registers `torch.ops.graphed.*`."""
+
+from ._fake import register_fakes as _register_fakes
+from ._forward import GraphedForward
+from ._library import backend, library_path, load_library
+from ._tree import clone_static, copy_into, flatten_kwargs, kwargs_signature, unflatten
+
+load_library()
+_register_fakes()
+
+__all__ = [
+    "GraphedForward",
+    "backend",
+    "clone_static",
+    "copy_into",
+    "flatten_kwargs",
+    "kwargs_signature",
+    "library_path",
+    "load_library",
+    "unflatten",
+]

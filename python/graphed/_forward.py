@@ -1,0 +1,256 @@
+"""GraphedForward: the model-code face of graphed. It flattens a call's kwargs, registers the
+module's forward as an operator the native core calls back for capture, and hands each call to
+`torch.ops.graphed.forward`, which keys, captures, replays or runs eager."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from . import _library
+from ._tree import TreeSpec, flatten_kwargs, unflatten
+
+__all__ = ["GraphedForward"]
+
+_log = logging.getLogger("graphed")
+_models_library = torch.library.Library("graphed_models", "FRAGMENT")
+_op_numbers = itertools.count()
+_op_lock = threading.Lock()
+_runners: weakref.WeakValueDictionary[int, GraphedForward] = weakref.WeakValueDictionary()
+_warned_unavailable = False
+_STAT_NAMES = (
+    "graphs",
+    "pinned",
+    "captures",
+    "replays",
+    "evictions",
+    "eager_calls",
+    "pool_bytes",
+)
+
+
+def _define_op(schema_tail: str, implementation: Callable) -> str:
+    """Registers graphed_models::<name>(...) for every backend (and its fake) and returns its
+    qualified name."""
+    with _op_lock:
+        name = f"op{next(_op_numbers)}"
+        _models_library.define(name + schema_tail)
+        _models_library.impl(name, implementation, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"graphed_models::{name}", implementation, lib=_models_library)
+    return f"graphed_models::{name}"
+
+
+def _output_tree(result: Any) -> tuple[list[torch.Tensor], TreeSpec]:
+    tensors, _, spec = flatten_kwargs({"output": result})
+    return tensors, spec
+
+
+class GraphedForward:
+    """Replays captured device graphs of `module`'s keyword-only forward.
+
+    Calls are keyed by the structure of their kwargs (every non-tensor value, `variant`, and each
+    tensor's dtype, device and shape); the first call of a key captures, later ones copy the live
+    tensors into static buffers and replay. With no graph-capable device, or after any failure,
+    calls run eager.
+    """
+
+    def __init__(
+        self,
+        module: Callable[..., Any],
+        *,
+        device: torch.device | str | int,
+        max_entries: int = 16,
+        warmup_iters: int = 2,
+        group: Any = None,
+        name: str = "graphed",
+        enabled: bool = True,
+        capture_context: Callable[[], contextlib.AbstractContextManager] | None = None,
+    ) -> None:
+        _library.load_library()
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise ValueError(f"max_entries must be an int of at least 1, got {max_entries!r}")
+        if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
+            raise ValueError(f"warmup_iters must be an int of 0 or more, got {warmup_iters!r}")
+        if capture_context is not None and not callable(capture_context):
+            raise TypeError("capture_context must be a callable returning a context manager")
+        self.module = module
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None and torch.cuda.is_available():
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.name = name
+        self.group = group
+        self._capture_context = capture_context
+        self._call_spec: TreeSpec | None = None
+        self._call_key = ""
+        self._output_specs: dict[str, TreeSpec] = {}
+        self._held_objects: dict[str, list[Any]] = {}
+        self._known_disabled = False
+        self_ref = weakref.ref(self)
+
+        def run_module(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+            runner = self_ref()
+            if runner is None:
+                raise RuntimeError("graphed: the GraphedForward of this operator is gone")
+            return runner._run_module(inputs)
+
+        self._forward_op = _define_op("(Tensor[] inputs) -> Tensor[]", run_module)
+        agree_op = None
+        if group is not None:
+            agree_op = _define_op("(Tensor ok) -> Tensor", self._agreement(group))
+        self._id = torch.ops.graphed.create(
+            name, self._forward_op, self.device, max_entries, warmup_iters, enabled, agree_op
+        )
+        _runners[self._id] = self
+        self._finalizer = weakref.finalize(self, torch.ops.graphed.destroy, self._id)
+        self._warn_if_unavailable()
+
+    # -- the call path ---------------------------------------------------------------------
+
+    def __call__(
+        self,
+        *args: Any,
+        variant: Any = None,
+        keep_alive: Any = (),
+        pin: bool = False,
+        static_outputs: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        if args:
+            raise TypeError(
+                f"{self.name}: graphed forwards are keyword-only; got {len(args)} positional "
+                "argument(s)"
+            )
+        tensors, key, spec = flatten_kwargs(kwargs, variant)
+        if not tensors:
+            return self._eager(kwargs)
+        held_tensors = self._hold(key, keep_alive)
+        self._call_spec, self._call_key = spec, key
+        outputs = torch.ops.graphed.forward(
+            self._id, key, tensors, held_tensors, bool(pin), bool(static_outputs)
+        )
+        return unflatten(self._output_specs[key], outputs)["output"]
+
+    def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The body of the forward operator the core calls for probe, warm-up, capture and eager
+        runs: rebuilds the kwargs of the call in flight and runs the module."""
+        spec = self._call_spec
+        if spec is None:
+            raise RuntimeError(f"{self.name}: the forward operator was called outside a call")
+        kwargs = unflatten(spec, list(inputs))
+        with self._context_for_forward():
+            result = self.module(**kwargs)
+        tensors, output_spec = _output_tree(result)
+        self._output_specs.setdefault(self._call_key, output_spec)
+        return tensors
+
+    def _eager(self, kwargs: dict) -> Any:
+        with torch.no_grad(), self._context_if_outer_capture():
+            return self.module(**kwargs)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _context_for_forward(self) -> contextlib.AbstractContextManager:
+        if self._capture_context is None:
+            return contextlib.nullcontext()
+        if not self._known_disabled and not self.stats()["enabled"]:
+            self._known_disabled = True
+        if not self._known_disabled or self._outer_capture_active():
+            return self._capture_context()
+        return contextlib.nullcontext()
+
+    def _context_if_outer_capture(self) -> contextlib.AbstractContextManager:
+        if self._capture_context is not None and self._outer_capture_active():
+            return self._capture_context()
+        return contextlib.nullcontext()
+
+    def _outer_capture_active(self) -> bool:
+        return (
+            self.device.type == "cuda"
+            and torch.cuda.is_available()
+            and torch.cuda.is_current_stream_capturing()
+        )
+
+    def _hold(self, key: str, keep_alive: Any) -> list[torch.Tensor]:
+        """Splits keep_alive into the tensors the native entry holds and the other objects, which
+        are held here for as long as the runner lives."""
+        if keep_alive is None or (isinstance(keep_alive, (tuple, list)) and not keep_alive):
+            return []
+        if isinstance(keep_alive, torch.nn.Module):
+            return [*keep_alive.parameters(), *keep_alive.buffers()]
+        if isinstance(keep_alive, torch.Tensor):
+            return [keep_alive]
+        held_tensors: list[torch.Tensor] = []
+        others: list[Any] = []
+        items = keep_alive.values() if isinstance(keep_alive, dict) else keep_alive
+        if not isinstance(items, (tuple, list, type({}.values()))):
+            items = (keep_alive,)
+        for item in items:
+            if isinstance(item, torch.Tensor):
+                held_tensors.append(item)
+            elif isinstance(item, torch.nn.Module):
+                held_tensors.extend([*item.parameters(), *item.buffers()])
+            else:
+                others.append(item)
+        if others:
+            self._held_objects.setdefault(key, others)
+        return held_tensors
+
+    @staticmethod
+    def _agreement(group: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+        def agree(ok: torch.Tensor) -> torch.Tensor:
+            import torch.distributed as dist
+
+            device = "cpu"
+            if dist.get_backend(group) == "nccl":
+                device = torch.device("cuda", torch.cuda.current_device())
+            flag = ok.to(device=device, dtype=torch.int32).clone()
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+            return flag.cpu()
+
+        return agree
+
+    def _warn_if_unavailable(self) -> None:
+        global _warned_unavailable
+        reason = self.disabled_reason
+        if reason.startswith("graphs unavailable") and not _warned_unavailable:
+            _warned_unavailable = True
+            _log.warning("graphed: calls run eager: %s", reason)
+
+    # -- introspection and control -------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        counters, backend, reason = torch.ops.graphed.stats(self._id)
+        stats: dict[str, Any] = dict(zip(_STAT_NAMES, counters[: len(_STAT_NAMES)], strict=True))
+        stats["enabled"] = bool(counters[len(_STAT_NAMES)])
+        stats["backend"] = backend
+        stats["disabled_reason"] = reason or None
+        return stats
+
+    @property
+    def num_graphs(self) -> int:
+        return self.stats()["graphs"]
+
+    @property
+    def disabled_reason(self) -> str:
+        return self.stats()["disabled_reason"] or ""
+
+    def disable(self, reason: str) -> None:
+        """Disables graph replay for the rest of the process; calls run eager."""
+        torch.ops.graphed.disable(self._id, str(reason))
+        self._known_disabled = True
+
+    def reset(self) -> None:
+        """Drops every captured graph and its buffers; the next call captures again."""
+        torch.ops.graphed.reset(self._id)
+        self._held_objects.clear()
+
+    @property
+    def runner_id(self) -> int:
+        return self._id
