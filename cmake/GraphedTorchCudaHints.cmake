@@ -36,3 +36,12 @@ if(NOT CUDA_nvrtc_LIBRARY)
     endif()
   endif()
 endif()
+# torch's CUDA headers include the cuSPARSE, cuBLAS and cuSOLVER headers; a bare toolkit may lack
+# them while the CUDA wheels beside torch carry them.
+set(GRAPHED_CUDA_EXTRA_INCLUDES "")
+if(CUDA_TOOLKIT_ROOT_DIR AND NOT EXISTS "${CUDA_TOOLKIT_ROOT_DIR}/include/cusparse.h")
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} -c
+      "import glob, os, torch; p = os.path.dirname(os.path.dirname(torch.__file__)); print(';'.join(sorted(os.path.dirname(h) for h in glob.glob(p + '/nvidia/*/include/cusparse.h'))))"
+    OUTPUT_VARIABLE GRAPHED_CUDA_EXTRA_INCLUDES OUTPUT_STRIP_TRAILING_WHITESPACE)
+endif()

@@ -416,6 +416,14 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
       runner->backend->outer_capture_active(runner->backend->context, runner->backend_state)) {
     return gf_runner_run_eager(runner, inputs, input_count, results, err);
   }
+  /* The signature first: it rejects an ndim outside [0, GF_MAX_DIMS] before the contiguity
+   * check reads sizes[ndim - 1]. */
+  gf_status status =
+      gf_signature_build(&runner->scratch_signature, key, key_length, inputs, input_count,
+                         runner->cache.hash_fn, err);
+  if (status != GF_OK) {
+    return status;
+  }
   for (size_t i = 0; i < input_count; ++i) {
     if (!gf_tensor_is_contiguous(&inputs[i])) {
       return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
@@ -423,12 +431,6 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
                           "must pass contiguous views",
                           i);
     }
-  }
-  gf_status status =
-      gf_signature_build(&runner->scratch_signature, key, key_length, inputs, input_count,
-                         runner->cache.hash_fn, err);
-  if (status != GF_OK) {
-    return status;
   }
   gf_entry *entry = gf_cache_lookup(&runner->cache, &runner->scratch_signature);
   if (entry == NULL) {
