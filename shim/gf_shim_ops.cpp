@@ -11,6 +11,8 @@
 //   destroy(int runner) -> ()
 //   backend() -> str[]                          the backend chosen at load and why
 //   entry_replays(int runner, str key, Tensor[] inputs) -> int
+//   use_backend(str name) -> ()                 "default", or a test backend ("emulated",
+//                                               "emulated_fail_capture") for later runners
 #include "gf_shim_host.h"
 #include "gf_shim_registry.h"
 #include "gf_shim_tensor.h"
@@ -20,9 +22,11 @@
 
 extern "C" {
 #include "gf_backend.h"
+#include "gf_emulated_backend.h"
 #include "gf_runner.h"
 }
 
+#include <atomic>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -30,6 +34,9 @@ extern "C" {
 namespace graphed {
 
 namespace {
+
+// The backend given to runners created from now on; NULL means the one chosen at load.
+std::atomic<const gf_backend *> backend_for_new_runners{nullptr};
 
 [[noreturn]] void raise_status(gf_status status, const gf_error &err) {
   const char *message = err.message[0] ? err.message : gf_status_name(status);
@@ -83,7 +90,8 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
   gf_host host = make_torch_host(context);
   gf_runner *runner = nullptr;
   gf_error err{};
-  gf_status status = gf_runner_create(&config, &host, nullptr, &runner, &err);
+  gf_status status =
+      gf_runner_create(&config, &host, backend_for_new_runners.load(), &runner, &err);
   if (status != GF_OK) {
     raise_status(status, err);
   }
@@ -163,6 +171,19 @@ int64_t entry_replays_op(int64_t runner_id, c10::string_view key, at::TensorList
                                  described.size());
 }
 
+void use_backend_op(c10::string_view name) {
+  if (name == "default") {
+    backend_for_new_runners.store(nullptr);
+  } else if (name == "emulated") {
+    backend_for_new_runners.store(gf_emulated_backend(0));
+  } else if (name == "emulated_fail_capture") {
+    backend_for_new_runners.store(gf_emulated_backend(1));
+  } else {
+    TORCH_CHECK_VALUE(false, "graphed: unknown backend '", std::string(name),
+                      "'; expected 'default', 'emulated' or 'emulated_fail_capture'");
+  }
+}
+
 } // namespace
 
 } // namespace graphed
@@ -181,6 +202,7 @@ TORCH_LIBRARY(graphed, m) {
   m.def("destroy(int runner) -> ()", &graphed::destroy_op);
   m.def("backend() -> str[]", &graphed::backend_op);
   m.def("entry_replays(int runner, str key, Tensor[] inputs) -> int", &graphed::entry_replays_op);
+  m.def("use_backend(str name) -> ()", &graphed::use_backend_op);
 }
 
 // The backend is chosen when the library loads.

@@ -1,0 +1,82 @@
+/* The emulated backend (see gf_emulated_backend.h). */
+#include "gf_emulated_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int gf_emulated_token;
+
+static int gf_emulated_graphs_supported(void *context, int device_type, int device_index,
+                                        char *why, size_t why_capacity) {
+  (void)context;
+  (void)device_type;
+  (void)device_index;
+  (void)why;
+  (void)why_capacity;
+  return 1;
+}
+
+static gf_status gf_emulated_nothing(void *context, void *state, gf_error *err) {
+  (void)context;
+  (void)state;
+  (void)err;
+  return GF_OK;
+}
+
+static gf_status gf_emulated_capture_end(void *context, void *state, int ok, void **graph,
+                                         gf_error *err) {
+  (void)state;
+  *graph = NULL;
+  if (context != NULL) {
+    return gf_error_set(err, GF_ERR_CAPTURE, "graphed: emulated capture failure");
+  }
+  if (ok) {
+    *graph = &gf_emulated_token;
+  }
+  return GF_OK;
+}
+
+static gf_status gf_emulated_copy_batch(void *context, void *state, const gf_copy *copies,
+                                        size_t count, gf_error *err) {
+  (void)context;
+  (void)state;
+  (void)err;
+  for (size_t i = 0; i < count; ++i) {
+    memmove(copies[i].dst, copies[i].src, copies[i].bytes);
+  }
+  return GF_OK;
+}
+
+static gf_status gf_emulated_launch(void *context, void *state, void *graph, gf_error *err) {
+  (void)context;
+  (void)state;
+  if (graph != &gf_emulated_token) {
+    return gf_error_set(err, GF_ERR_BACKEND, "graphed: emulated launch of an unknown graph");
+  }
+  return GF_OK;
+}
+
+#define GF_EMULATED_BACKEND(variable, backend_name, failing_context)                              \
+  static const gf_backend variable = {                                                            \
+      .name = backend_name,                                                                       \
+      .context = failing_context,                                                                 \
+      .graphs_supported = gf_emulated_graphs_supported,                                           \
+      .sync_probe_begin = gf_emulated_nothing,                                                    \
+      .sync_probe_end = gf_emulated_nothing,                                                      \
+      .warmup_begin = gf_emulated_nothing,                                                        \
+      .warmup_end = gf_emulated_nothing,                                                          \
+      .capture_begin = gf_emulated_nothing,                                                       \
+      .capture_end = gf_emulated_capture_end,                                                     \
+      .copy_batch = gf_emulated_copy_batch,                                                       \
+      .launch = gf_emulated_launch,                                                               \
+  }
+
+/* The failing variant is told apart by a non-NULL context. */
+static int gf_emulated_failing_marker;
+GF_EMULATED_BACKEND(gf_emulated_ok, "emulated", NULL);
+GF_EMULATED_BACKEND(gf_emulated_failing, "emulated_fail_capture", &gf_emulated_failing_marker);
+
+const gf_backend *gf_emulated_backend(int fail_capture) {
+  return fail_capture ? &gf_emulated_failing : &gf_emulated_ok;
+}
