@@ -1,0 +1,93 @@
+/* The Level Zero (Intel GPU) backend's load-time probe. The loader is opened with dlopen, as the
+ * OpenCL ICD loader opens its drivers, so a machine without it loads graphed all the same and
+ * pays one failed dlopen. The probe initialises the loader for GPU drivers only and counts them.
+ *
+ * Capture and replay through Level Zero command lists are not built yet: a runner on an XPU
+ * device is created disabled with a reason that says so, and its calls run eager. The hooks that
+ * capture would need are the same table as CUDA's (gf_backend.h). */
+#include "gf_backend.h"
+#include "gf_backend_probes.h"
+
+#include <level_zero/ze_api.h>
+
+#include <dlfcn.h>
+#include <stdio.h>
+
+typedef ze_result_t (*gf_ze_init_fn)(ze_init_flags_t flags);
+typedef ze_result_t (*gf_ze_driver_get_fn)(uint32_t *count, ze_driver_handle_t *drivers);
+
+static int gf_xpu_graphs_supported(void *context, int device_type, int device_index, char *why,
+                                   size_t why_capacity) {
+  (void)context;
+  (void)device_type;
+  (void)device_index;
+  snprintf(why, why_capacity,
+           "a Level Zero GPU driver is present, but capture through Level Zero command lists "
+           "is not built in this release");
+  return 0;
+}
+
+static gf_status gf_xpu_unsupported(void *context, void *state, gf_error *err) {
+  (void)context;
+  (void)state;
+  return gf_error_set(err, GF_ERR_BACKEND, "graphed: Level Zero capture is not built");
+}
+
+static gf_status gf_xpu_capture_end(void *context, void *state, int ok, void **graph,
+                                    gf_error *err) {
+  (void)ok;
+  *graph = NULL;
+  return gf_xpu_unsupported(context, state, err);
+}
+
+static gf_status gf_xpu_copy_batch(void *context, void *state, const gf_copy *copies,
+                                   size_t count, gf_error *err) {
+  (void)copies;
+  (void)count;
+  return gf_xpu_unsupported(context, state, err);
+}
+
+static gf_status gf_xpu_launch(void *context, void *state, void *graph, gf_error *err) {
+  (void)graph;
+  return gf_xpu_unsupported(context, state, err);
+}
+
+static const gf_backend gf_xpu_backend = {
+    .name = "xpu",
+    .graphs_supported = gf_xpu_graphs_supported,
+    .sync_probe_begin = gf_xpu_unsupported,
+    .sync_probe_end = gf_xpu_unsupported,
+    .warmup_begin = gf_xpu_unsupported,
+    .warmup_end = gf_xpu_unsupported,
+    .capture_begin = gf_xpu_unsupported,
+    .capture_end = gf_xpu_capture_end,
+    .copy_batch = gf_xpu_copy_batch,
+    .launch = gf_xpu_launch,
+};
+
+const gf_backend *gf_xpu_backend_probe(char *why, size_t why_capacity) {
+  void *loader = dlopen("libze_loader.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (loader == NULL) {
+    snprintf(why, why_capacity, "the Level Zero loader (libze_loader.so.1) is not installed");
+    return NULL;
+  }
+  gf_ze_init_fn ze_init = (gf_ze_init_fn)dlsym(loader, "zeInit");
+  gf_ze_driver_get_fn ze_driver_get = (gf_ze_driver_get_fn)dlsym(loader, "zeDriverGet");
+  if (ze_init == NULL || ze_driver_get == NULL) {
+    snprintf(why, why_capacity, "the Level Zero loader lacks zeInit or zeDriverGet");
+    dlclose(loader);
+    return NULL;
+  }
+  ze_result_t result = ze_init(ZE_INIT_FLAG_GPU_ONLY);
+  uint32_t drivers = 0;
+  if (result == ZE_RESULT_SUCCESS) {
+    result = ze_driver_get(&drivers, NULL);
+  }
+  if (result != ZE_RESULT_SUCCESS || drivers == 0) {
+    snprintf(why, why_capacity, "the Level Zero loader found no GPU driver (result 0x%x)",
+             (unsigned)result);
+    /* The loader stays open: unloading it after zeInit is not supported by every loader. */
+    return NULL;
+  }
+  return &gf_xpu_backend;
+}

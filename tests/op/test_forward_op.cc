@@ -1,0 +1,177 @@
+// Op-level tests: graphed::forward reached through c10::Dispatcher, as C++ code reaches it, with a
+// forward registered in C++. The plugin is loaded with dlopen, as torch.ops.load_library does.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/library.h>
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+std::atomic<int> forward_calls{0};
+
+// out0 = 2 * a + b, out1 = a.sum(): two outputs of different shapes.
+std::vector<at::Tensor> cpp_forward(at::TensorList inputs) {
+  forward_calls++;
+  return {inputs[0] * 2 + inputs[1], inputs[0].sum()};
+}
+
+std::vector<at::Tensor> failing_forward(at::TensorList inputs) {
+  TORCH_CHECK(false, "deliberate failure in the forward");
+  return {inputs[0]};
+}
+
+} // namespace
+
+TORCH_LIBRARY(graphed_cpp_test, m) {
+  m.def("fwd(Tensor[] inputs) -> Tensor[]");
+  m.impl("fwd", c10::DispatchKey::CompositeExplicitAutograd, TORCH_FN(cpp_forward));
+  m.def("failing(Tensor[] inputs) -> Tensor[]");
+  m.impl("failing", c10::DispatchKey::CompositeExplicitAutograd, TORCH_FN(failing_forward));
+}
+
+namespace {
+
+class ForwardOpTest : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    handle = dlopen(GRAPHED_LIBRARY_PATH, RTLD_NOW | RTLD_GLOBAL);
+    ASSERT_NE(handle, nullptr) << dlerror();
+  }
+  void TearDown() override { use_backend("default"); }
+
+  static c10::OperatorHandle op(const char *name) {
+    return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+  }
+
+  static int64_t create(const std::string &forward, c10::Device device, int64_t max_entries = 4) {
+    static auto create_op =
+        op("graphed::create")
+            .typed<int64_t(c10::string_view, c10::string_view, c10::Device, int64_t, int64_t,
+                           bool, std::optional<c10::string_view>)>();
+    return create_op.call("cpp", forward, device, max_entries, 1, true, std::nullopt);
+  }
+
+  static std::vector<at::Tensor> forward(int64_t runner, const std::string &key,
+                                         std::vector<at::Tensor> inputs) {
+    static auto forward_op =
+        op("graphed::forward")
+            .typed<std::vector<at::Tensor>(int64_t, c10::string_view, at::TensorList,
+                                           at::TensorList, bool, bool)>();
+    return forward_op.call(runner, key, inputs, {}, false, false);
+  }
+
+  static std::tuple<std::vector<int64_t>, std::string, std::string> stats(int64_t runner) {
+    static auto stats_op =
+        op("graphed::stats")
+            .typed<std::tuple<std::vector<int64_t>, std::string, std::string>(int64_t)>();
+    return stats_op.call(runner);
+  }
+
+  static void use_backend(const char *name) {
+    static auto use_op = op("graphed::use_backend").typed<void(c10::string_view)>();
+    use_op.call(name);
+  }
+
+  static void destroy(int64_t runner) {
+    static auto destroy_op = op("graphed::destroy").typed<void(int64_t)>();
+    destroy_op.call(runner);
+  }
+
+  static void *handle;
+};
+
+void *ForwardOpTest::handle = nullptr;
+
+enum Counter { kGraphs, kPinned, kCaptures, kReplays, kEvictions, kEagerCalls, kPoolBytes, kEnabled };
+
+TEST_F(ForwardOpTest, CpuRunnerRunsEagerWithReason) {
+  int64_t runner = create("graphed_cpp_test::fwd", c10::Device(c10::kCPU));
+  at::Tensor a = at::randn({3, 5});
+  at::Tensor b = at::randn({3, 5});
+  std::vector<at::Tensor> out = forward(runner, "k", {a, b});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(at::allclose(out[0], a * 2 + b));
+  EXPECT_TRUE(at::allclose(out[1], a.sum()));
+  auto [counters, backend, reason] = stats(runner);
+  EXPECT_EQ(counters[kEnabled], 0);
+  EXPECT_EQ(counters[kEagerCalls], 1);
+  EXPECT_FALSE(reason.empty());
+  destroy(runner);
+}
+
+TEST_F(ForwardOpTest, EmulatedBackendCapturesOnceAndReplaysPerKey) {
+  use_backend("emulated");
+  const int before = forward_calls.load();
+  int64_t runner = create("graphed_cpp_test::fwd", c10::Device(c10::kCPU));
+  at::Tensor a = at::randn({4, 2});
+  at::Tensor b = at::randn({4, 2});
+  std::vector<at::Tensor> first = forward(runner, "k", {a, b});
+  EXPECT_TRUE(at::allclose(first[0], a * 2 + b));
+  // probe + one warm-up + capture: three forwards, then none on replay.
+  EXPECT_EQ(forward_calls.load() - before, 3);
+  forward(runner, "k", {at::randn({4, 2}), at::randn({4, 2})});
+  EXPECT_EQ(forward_calls.load() - before, 3);
+  forward(runner, "other key", {a, b});
+  forward(runner, "k", {at::randn({5, 2}), at::randn({5, 2})});
+  auto [counters, backend, reason] = stats(runner);
+  EXPECT_EQ(backend, "emulated");
+  EXPECT_EQ(counters[kCaptures], 3);
+  EXPECT_EQ(counters[kReplays], 4);
+  EXPECT_EQ(counters[kGraphs], 3);
+  EXPECT_GT(counters[kPoolBytes], 0);
+  EXPECT_EQ(counters[kEnabled], 1);
+  destroy(runner);
+}
+
+TEST_F(ForwardOpTest, FailingForwardSurfacesAsError) {
+  use_backend("emulated");
+  int64_t runner = create("graphed_cpp_test::failing", c10::Device(c10::kCPU));
+  at::Tensor a = at::randn({2});
+  // The capture fails, the runner is disabled, and the eager retry fails the same way.
+  EXPECT_THROW(forward(runner, "k", {a, a}), c10::Error);
+  auto [counters, backend, reason] = stats(runner);
+  EXPECT_EQ(counters[kEnabled], 0);
+  EXPECT_NE(reason.find("deliberate failure"), std::string::npos) << reason;
+  destroy(runner);
+}
+
+TEST_F(ForwardOpTest, UnknownRunnerIsAValueError) {
+  EXPECT_THROW(stats(987654), c10::ValueError);
+}
+
+TEST_F(ForwardOpTest, UnknownForwardOperatorIsAValueError) {
+  EXPECT_THROW(create("graphed_cpp_test::missing", c10::Device(c10::kCPU)), c10::ValueError);
+  EXPECT_THROW(create("no_namespace", c10::Device(c10::kCPU)), c10::ValueError);
+}
+
+TEST_F(ForwardOpTest, CudaReplayMatchesEagerOnFreshInputs) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "needs a CUDA device";
+  }
+  int64_t runner = create("graphed_cpp_test::fwd", c10::Device(c10::kCUDA, 0));
+  auto options = at::TensorOptions().device(at::kCUDA, 0);
+  for (int call = 0; call < 5; ++call) {
+    at::Tensor a = at::randn({64, 32}, options);
+    at::Tensor b = at::randn({64, 32}, options);
+    std::vector<at::Tensor> out = forward(runner, "k", {a, b});
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_TRUE(at::allclose(out[0], a * 2 + b)) << "call " << call;
+    EXPECT_TRUE(at::allclose(out[1], a.sum(), 1e-4, 1e-4)) << "call " << call;
+  }
+  auto [counters, backend, reason] = stats(runner);
+  EXPECT_EQ(backend, "cuda");
+  EXPECT_EQ(counters[kEnabled], 1) << reason;
+  EXPECT_EQ(counters[kCaptures], 1);
+  EXPECT_EQ(counters[kReplays], 5);
+  destroy(runner);
+}
+
+} // namespace
