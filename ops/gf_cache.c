@@ -74,11 +74,16 @@ static void gf_lru_push_newest(gf_cache *cache, gf_entry *entry) {
   }
 }
 
-gf_entry *gf_cache_lookup(gf_cache *cache, const gf_signature *sig) {
+gf_entry *gf_cache_find(const gf_cache *cache, const gf_signature *sig) {
   gf_entry *entry = cache->buckets[gf_cache_bucket_of(cache, sig->hash)];
   while (entry != NULL && !gf_signature_equal(&entry->signature, sig)) {
     entry = entry->bucket_next;
   }
+  return entry;
+}
+
+gf_entry *gf_cache_lookup(gf_cache *cache, const gf_signature *sig) {
+  gf_entry *entry = gf_cache_find(cache, sig);
   if (entry != NULL && cache->newest != entry) {
     gf_lru_unlink(cache, entry);
     gf_lru_push_newest(cache, entry);

@@ -52,6 +52,9 @@ gf_status gf_cache_init(gf_cache *cache, size_t max_entries, gf_entry_release_fn
 /* The entry with this signature, made the most recently used; NULL when absent. */
 gf_entry *gf_cache_lookup(gf_cache *cache, const gf_signature *sig);
 
+/* The entry with this signature without touching the LRU order; NULL when absent. */
+gf_entry *gf_cache_find(const gf_cache *cache, const gf_signature *sig);
+
 /* Evicts least recently used unpinned entries until one more fits under max_entries. Sets
  * *grew_past_limit to 1 the first time the cache must exceed its limit because every resident
  * entry is pinned (0 otherwise). */

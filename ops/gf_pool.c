@@ -18,14 +18,21 @@ gf_status gf_pool_add(gf_pool *pool, const gf_tensor *tensor, gf_error *err) {
   return GF_OK;
 }
 
-int64_t gf_pool_release(gf_pool *pool, gf_release_fn release, void *context) {
-  int64_t released = pool->bytes;
-  for (size_t i = 0; i < pool->count; ++i) {
+void gf_pool_truncate(gf_pool *pool, size_t first, gf_release_fn release, void *context) {
+  for (size_t i = first; i < pool->count; ++i) {
+    pool->bytes -= gf_tensor_nbytes(&pool->tensors[i]);
     if (release != NULL && pool->tensors[i].handle != NULL) {
       release(context, pool->tensors[i].handle);
     }
   }
-  pool->count = 0;
+  if (first < pool->count) {
+    pool->count = first;
+  }
+}
+
+int64_t gf_pool_release(gf_pool *pool, gf_release_fn release, void *context) {
+  int64_t released = pool->bytes;
+  gf_pool_truncate(pool, 0, release, context);
   pool->bytes = 0;
   return released;
 }

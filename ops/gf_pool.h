@@ -30,6 +30,9 @@ gf_status gf_pool_add(gf_pool *pool, const gf_tensor *tensor, gf_error *err);
  * held. The pool stays usable. */
 int64_t gf_pool_release(gf_pool *pool, gf_release_fn release, void *context);
 
+/* Releases the tensors from index `first` on and shrinks the pool to `first` tensors. */
+void gf_pool_truncate(gf_pool *pool, size_t first, gf_release_fn release, void *context);
+
 /* Releases the handles and frees the pool's own storage. */
 void gf_pool_free(gf_pool *pool, gf_release_fn release, void *context);
 

@@ -317,6 +317,9 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
     status = runner->host.retain(runner->host.context, &keep_alive[i], &held, err);
     if (status == GF_OK) {
       status = gf_pool_add(&entry->keep_alive, &held, err);
+      if (status != GF_OK) {
+        runner->host.release(runner->host.context, held.handle);
+      }
     }
   }
   if (status == GF_OK) {
@@ -409,6 +412,7 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   if (options == NULL) {
     options = &defaults;
   }
+  const size_t results_before = results->count;
   if (!runner->enabled) {
     return gf_runner_run_eager(runner, inputs, input_count, results, err);
   }
@@ -444,7 +448,7 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
     snprintf(reason, sizeof reason, "replay failed: %.480s", err ? err->message : "unknown");
     gf_runner_disable(runner, reason);
     gf_runner_warn(runner, reason);
-    gf_pool_release(results, gf_runner_release_handle, runner);
+    gf_pool_truncate(results, results_before, gf_runner_release_handle, runner);
     return gf_runner_run_eager(runner, inputs, input_count, results, err);
   }
   return status;
@@ -456,7 +460,7 @@ int64_t gf_runner_entry_replays(gf_runner *runner, const void *key, size_t key_l
   int64_t replays = -1;
   if (gf_signature_build(&probe, key, key_length, inputs, input_count, runner->cache.hash_fn,
                          NULL) == GF_OK) {
-    gf_entry *entry = gf_cache_lookup(&runner->cache, &probe);
+    gf_entry *entry = gf_cache_find(&runner->cache, &probe);
     replays = entry != NULL ? (int64_t)entry->replays : -1;
   }
   gf_signature_free(&probe);

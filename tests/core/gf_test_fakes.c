@@ -66,9 +66,8 @@ struct gf_fake_graph {
 
 const char *gf_fake_hook_name(gf_fake_hook hook) {
   static const char *const names[GF_FAKE_HOOK_COUNT] = {
-      "none",          "runner_create", "probe_begin", "probe_end",  "warmup_begin",
-      "warmup_end",    "capture_begin", "capture_end", "copy_batch", "launch",
-      "release_graph",
+      "none",          "runner_create", "probe_begin", "probe_end", "warmup_begin",  "warmup_end",
+      "capture_begin", "capture_end",   "copy_batch",  "launch",    "release_graph",
   };
   return hook < GF_FAKE_HOOK_COUNT ? names[hook] : "unknown";
 }
@@ -243,8 +242,8 @@ static gf_status gf_fake_capture_end(void *context, void *state, int ok, void **
   return GF_OK;
 }
 
-static gf_status gf_fake_copy_batch(void *context, void *state, const gf_copy *copies,
-                                    size_t count, gf_error *err) {
+static gf_status gf_fake_copy_batch(void *context, void *state, const gf_copy *copies, size_t count,
+                                    gf_error *err) {
   gf_fake_backend *fake = context;
   if (gf_fake_busy(fake)) {
     gf_fake_violation(fake, "copy_batch inside a begin/end pair");
@@ -325,8 +324,7 @@ void gf_fake_backend_init(gf_fake_backend *fake, gf_fake_log *log) {
   };
 }
 
-void gf_fake_backend_fail(gf_fake_backend *fake, gf_fake_hook hook, int skip,
-                          const char *message) {
+void gf_fake_backend_fail(gf_fake_backend *fake, gf_fake_hook hook, int skip, const char *message) {
   fake->fail_hook = hook;
   fake->fail_skip = skip;
   snprintf(fake->fail_message, sizeof fake->fail_message, "%s",
@@ -356,9 +354,9 @@ int gf_fake_backend_record(gf_fake_backend *fake, const gf_tensor *inputs, size_
     graph->kernels = grown;
     graph->capacity = capacity;
   }
-  graph->kernels[graph->count++] = (gf_fake_kernel){
-      gf_fake_copy_descriptors(inputs, input_count), input_count,
-      gf_fake_copy_descriptors(outputs, output_count), output_count};
+  graph->kernels[graph->count++] =
+      (gf_fake_kernel){gf_fake_copy_descriptors(inputs, input_count), input_count,
+                       gf_fake_copy_descriptors(outputs, output_count), output_count};
   return 1;
 }
 

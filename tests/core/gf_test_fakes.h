@@ -89,7 +89,7 @@ typedef struct gf_fake_backend {
   int fail_skip;            /* calls of fail_hook that still succeed before it fails */
   char fail_message[128];
   uint64_t calls[GF_FAKE_HOOK_COUNT];
-  size_t copies_total;      /* copies across every copy_batch call */
+  size_t copies_total; /* copies across every copy_batch call */
   size_t last_batch_size;
   int capturing;
   int warming_up;
@@ -132,7 +132,7 @@ typedef struct gf_fake_host {
   uint64_t bad_releases;                /* releases of a handle that was already dead */
   uint64_t warn_count;
   char warnings[GF_FAKE_MAX_WARNINGS][GF_ERROR_MESSAGE_CAPACITY];
-  int destroyed; /* set by the destroy hook, which leaves the struct to the test */
+  int destroyed;             /* set by the destroy hook, which leaves the struct to the test */
   gf_fake_storage *storages; /* every storage ever made, freed by gf_fake_host_free */
 } gf_fake_host;
 

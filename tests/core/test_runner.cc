@@ -44,7 +44,8 @@ Inputs MakeInputs(size_t count, std::vector<int64_t> sizes, float seed) {
     inputs.buffers.push_back(std::move(buffer));
   }
   for (auto &buffer : inputs.buffers) {
-    inputs.views.push_back(gf_fake_view(buffer.data(), static_cast<int>(sizes.size()), sizes.data()));
+    inputs.views.push_back(
+        gf_fake_view(buffer.data(), static_cast<int>(sizes.size()), sizes.data()));
   }
   return inputs;
 }
@@ -76,7 +77,7 @@ struct Result {
   std::string message;
   std::vector<Values> values;
   std::vector<void *> data;
-  gf_pool *pool = nullptr;  // the owned outputs, released by the fixture
+  gf_pool *pool = nullptr; // the owned outputs, released by the fixture
 };
 
 bool Contains(const std::string &text, const std::string &part) {
@@ -90,7 +91,7 @@ const gf_call_options kPinned = {1, 0};
 const gf_call_options kStaticOutputs = {0, 1};
 
 class Runner : public ::testing::Test {
- protected:
+protected:
   void SetUp() override {
     gf_fake_backend_init(&backend_, &log_);
     gf_fake_host_init(&host_, &log_, &backend_);
@@ -137,9 +138,8 @@ class Runner : public ::testing::Test {
     *pool = gf_pool{};
     gf_error err = {};
     Result result;
-    result.status =
-        gf_runner_call(runner_, key.data(), key.size(), inputs.data(), inputs.size(),
-                       keep_alive.data(), keep_alive.size(), &options, pool, &err);
+    result.status = gf_runner_call(runner_, key.data(), key.size(), inputs.data(), inputs.size(),
+                                   keep_alive.data(), keep_alive.size(), &options, pool, &err);
     result.message = err.message;
     for (size_t i = 0; i < pool->count; ++i) {
       result.values.push_back(ReadFloats(pool->tensors[i]));
@@ -234,7 +234,7 @@ TEST_F(Runner, FirstCallCapturesInProtocolOrderThenReplays) {
   EXPECT_EQ(stats.captures, 1u);
   EXPECT_EQ(stats.replays, 1u);
   EXPECT_EQ(stats.eager_calls, 0u);
-  EXPECT_EQ(stats.pool_bytes, 3 * 6 * 4);  // two static inputs and one output of 6 floats
+  EXPECT_EQ(stats.pool_bytes, 3 * 6 * 4); // two static inputs and one output of 6 floats
   EXPECT_EQ(backend_.live_graphs, 1);
   EXPECT_EQ(gf_runner_entry_replays(runner_, "key", 3, inputs.views.data(), 2), 1);
 }
@@ -274,7 +274,7 @@ struct ReplayCost {
 };
 
 class RunnerInputCount : public Runner {
- protected:
+protected:
   ReplayCost MeasureReplay(size_t count) {
     Create();
     Inputs warm = MakeInputs(count, {3}, 0.0f);
@@ -337,7 +337,7 @@ TEST_F(Runner, SameAddressButDifferentStridesIsCopied) {
   Inputs first = MakeInputs(1, {2, 1}, 1.0f);
   CallExpectingCorrect(first);
   gf_tensor same_place = host_.clones[0];
-  same_place.strides[1] = 5;  // still contiguous (size-1 dim) but not the same view
+  same_place.strides[1] = 5; // still contiguous (size-1 dim) but not the same view
   ClearLog();
   Result result = Call({same_place});
   ASSERT_EQ(result.status, GF_OK);
@@ -357,7 +357,7 @@ TEST_F(Runner, NewShapeCapturesAgainWithoutProbeAndOneWarmup) {
   EXPECT_EQ(Stats().captures, 2u);
   EXPECT_EQ(Stats().graphs, 2u);
   ClearLog();
-  CallExpectingCorrect(small);  // the first graph is still there
+  CallExpectingCorrect(small); // the first graph is still there
   EXPECT_EQ(Log(), (Events{"copy_batch(2)", "launch", "copy_batch(1)"}));
 }
 
@@ -447,8 +447,8 @@ TEST_F(Runner, CountersFollowCapturesReplaysAndEvictions) {
   CallExpectingCorrect(a);
   CallExpectingCorrect(a);
   CallExpectingCorrect(b);
-  CallExpectingCorrect(a);  // a is now newer than b
-  CallExpectingCorrect(c);  // evicts b
+  CallExpectingCorrect(a); // a is now newer than b
+  CallExpectingCorrect(c); // evicts b
   gf_runner_stats stats = Stats();
   EXPECT_EQ(stats.graphs, 2u);
   EXPECT_EQ(stats.pinned, 0u);
@@ -458,7 +458,7 @@ TEST_F(Runner, CountersFollowCapturesReplaysAndEvictions) {
   EXPECT_EQ(stats.eager_calls, 0u);
   EXPECT_EQ(gf_runner_entry_replays(runner_, "key", 3, b.views.data(), 1), -1);
   EXPECT_EQ(gf_runner_entry_replays(runner_, "key", 3, a.views.data(), 1), 3);
-  CallExpectingCorrect(b);  // captured again, evicting the oldest
+  CallExpectingCorrect(b); // captured again, evicting the oldest
   stats = Stats();
   EXPECT_EQ(stats.captures, 4u);
   EXPECT_EQ(stats.evictions, 2u);
@@ -515,7 +515,7 @@ TEST_F(Runner, PinnedEntriesSurviveAndGrowthWarnsOnce) {
   Inputs d = MakeInputs(1, {4}, 1.0f);
   Inputs e = MakeInputs(1, {5}, 1.0f);
   CallExpectingCorrect(d);
-  CallExpectingCorrect(e);  // evicts d, the only unpinned entry
+  CallExpectingCorrect(e); // evicts d, the only unpinned entry
   stats = Stats();
   EXPECT_EQ(stats.graphs, 4u);
   EXPECT_EQ(stats.pinned, 3u);
@@ -580,14 +580,14 @@ TEST_P(RunnerFailingHook, FirstCallDisablesAndStillReturnsTheEagerResult) {
   EXPECT_EQ(Reason(), reason);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryHook, RunnerFailingHook,
-    ::testing::Values(GF_FAKE_HOOK_PROBE_BEGIN, GF_FAKE_HOOK_PROBE_END, GF_FAKE_HOOK_WARMUP_BEGIN,
-                      GF_FAKE_HOOK_WARMUP_END, GF_FAKE_HOOK_CAPTURE_BEGIN,
-                      GF_FAKE_HOOK_CAPTURE_END, GF_FAKE_HOOK_COPY_BATCH, GF_FAKE_HOOK_LAUNCH),
-    [](const ::testing::TestParamInfo<gf_fake_hook> &info) {
-      return std::string(gf_fake_hook_name(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(EveryHook, RunnerFailingHook,
+                         ::testing::Values(GF_FAKE_HOOK_PROBE_BEGIN, GF_FAKE_HOOK_PROBE_END,
+                                           GF_FAKE_HOOK_WARMUP_BEGIN, GF_FAKE_HOOK_WARMUP_END,
+                                           GF_FAKE_HOOK_CAPTURE_BEGIN, GF_FAKE_HOOK_CAPTURE_END,
+                                           GF_FAKE_HOOK_COPY_BATCH, GF_FAKE_HOOK_LAUNCH),
+                         [](const ::testing::TestParamInfo<gf_fake_hook> &info) {
+                           return std::string(gf_fake_hook_name(info.param));
+                         });
 
 TEST_F(Runner, CaptureEndFailingOnALaterCaptureDropsEveryGraph) {
   Create();
@@ -622,9 +622,9 @@ TEST_F(Runner, ForwardFailingDuringCaptureDisables) {
   Create();
   Inputs inputs = MakeInputs(2, {3}, 1.0f);
   CallExpectingCorrect(inputs);
-  EXPECT_EQ(Log(), (Events{"probe_begin", "forward", "probe_end", "warmup_begin", "forward",
-                           "forward", "warmup_end", "capture_begin", "forward", "capture_end",
-                           "forward"}))
+  EXPECT_EQ(Log(),
+            (Events{"probe_begin", "forward", "probe_end", "warmup_begin", "forward", "forward",
+                    "warmup_end", "capture_begin", "forward", "capture_end", "forward"}))
       << "capture_end must close the capture also when the forward failed";
   EXPECT_TRUE(Contains(Reason(), "fake forward failed during capture")) << Reason();
   EXPECT_EQ(host_.last_agree_ok, 0);
@@ -686,7 +686,7 @@ TEST_F(Runner, AnotherRankFailingDisables) {
 
 TEST_F(Runner, AgreementErrorCountsAsFailure) {
   host_.agree_forced = 1;
-  host_.agree_value = -1;  // the collective itself failed
+  host_.agree_value = -1; // the collective itself failed
   Create();
   Inputs inputs = MakeInputs(1, {3}, 1.0f);
   CallExpectingCorrect(inputs);
@@ -882,7 +882,7 @@ TEST_F(Runner, NonContiguousInputIsAnInvalidArgument) {
   views[1].sizes[0] = 3;
   views[1].sizes[1] = 2;
   views[1].strides[0] = 1;
-  views[1].strides[1] = 3;  // a transpose
+  views[1].strides[1] = 3; // a transpose
   Result result = Call(views);
   EXPECT_EQ(result.status, GF_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(Contains(result.message, "input tensor 1")) << result.message;
@@ -930,8 +930,7 @@ TEST_F(Runner, DestroyReleasesEveryHandleAndGraph) {
   gf_tensor held = gf_fake_host_tensor(&host_, 1, sizes, nullptr);
   for (int64_t size = 1; size <= 4; ++size) {
     Inputs inputs = MakeInputs(3, {size}, 1.0f);
-    ASSERT_EQ(Call(inputs.views, size % 2 ? kPinned : kStaticOutputs, "key", {held}).status,
-              GF_OK);
+    ASSERT_EQ(Call(inputs.views, size % 2 ? kPinned : kStaticOutputs, "key", {held}).status, GF_OK);
   }
   EXPECT_GT(host_.live_handles, 1);
   EXPECT_GT(backend_.live_graphs, 0);
@@ -946,4 +945,4 @@ TEST_F(Runner, DestroyReleasesEveryHandleAndGraph) {
   EXPECT_EQ(host_.destroyed, 1);
 }
 
-}  // namespace
+} // namespace

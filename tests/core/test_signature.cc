@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -29,8 +28,8 @@ struct Signature {
 
   gf_status Build(const std::string &key, const std::vector<gf_tensor> &tensors,
                   gf_hash_fn hash_fn = nullptr, gf_error *err = nullptr) {
-    return gf_signature_build(&sig, key.data(), key.size(), tensors.data(), tensors.size(),
-                              hash_fn, err);
+    return gf_signature_build(&sig, key.data(), key.size(), tensors.data(), tensors.size(), hash_fn,
+                              err);
   }
   std::vector<unsigned char> Bytes() const {
     return std::vector<unsigned char>(sig.bytes, sig.bytes + sig.length);
@@ -170,9 +169,12 @@ TEST(Signature, TooManyDimensionsIsAnInvalidArgument) {
   EXPECT_EQ(err.code, GF_ERR_INVALID_ARGUMENT);
   std::string message = err.message;
   EXPECT_NE(message.find("input tensor 1"), std::string::npos) << message;
-  EXPECT_NE(message.find(std::to_string(GF_MAX_DIMS + 1) + " dimensions"), std::string::npos)
-      << message;
-  EXPECT_NE(message.find("at most " + std::to_string(GF_MAX_DIMS)), std::string::npos) << message;
+  std::string got_dims = std::to_string(GF_MAX_DIMS + 1);
+  got_dims += " dimensions";
+  std::string limit = "at most ";
+  limit += std::to_string(GF_MAX_DIMS);
+  EXPECT_NE(message.find(got_dims), std::string::npos) << message;
+  EXPECT_NE(message.find(limit), std::string::npos) << message;
 }
 
 TEST(Signature, MaxDimsIsAccepted) {
@@ -222,4 +224,4 @@ TEST(Signature, ForcedHashCollisionKeepsEntriesApart) {
   EXPECT_EQ(released, static_cast<int>(calls.size()));
 }
 
-}  // namespace
+} // namespace
