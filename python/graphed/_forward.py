@@ -15,11 +15,13 @@ from typing import Any
 import torch
 
 from . import _library
-from ._tree import TreeSpec, flatten_kwargs, unflatten
+from ._native import _graphed_fastcall as _fastcall
+from ._tree import TreeSpec, flatten_kwargs, output_template, rebuild_output, substitute, unflatten
 
 __all__ = ["GraphedForward"]
 
 _log = logging.getLogger("graphed")
+_FALLBACK = _fastcall.FALLBACK
 _models_library = torch.library.Library("graphed_models", "FRAGMENT")
 _op_numbers = itertools.count()
 _op_lock = threading.Lock()
@@ -92,6 +94,8 @@ class GraphedForward:
         self._output_specs: dict[str, TreeSpec] = {}
         self._held_objects: dict[str, list[Any]] = {}
         self._known_disabled = False
+        # The call in flight as the C entry point records it (see pyext/gf_fastcall.c).
+        self._fast_state: list[Any] = [None, b"", {}, rebuild_output]
         self_ref = weakref.ref(self)
 
         def run_module(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -127,6 +131,12 @@ class GraphedForward:
                 f"{self.name}: graphed forwards are keyword-only; got {len(args)} positional "
                 "argument(s)"
             )
+        if type(keep_alive) is tuple and not keep_alive:
+            result = _fastcall.call(
+                self._id, kwargs, variant, pin, static_outputs, self._fast_state
+            )
+            if result is not _FALLBACK:
+                return result
         tensors, key, spec = flatten_kwargs(kwargs, variant)
         if not tensors:
             return self._eager(kwargs)
@@ -140,12 +150,19 @@ class GraphedForward:
     def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The body of the forward operator the core calls for probe, warm-up, capture and eager
         runs: rebuilds the kwargs of the call in flight and runs the module."""
-        spec = self._call_spec
-        if spec is None:
+        fast_kwargs = self._fast_state[0]
+        if fast_kwargs is not None:
+            kwargs = substitute(fast_kwargs, list(inputs))
+        elif self._call_spec is not None:
+            kwargs = unflatten(self._call_spec, list(inputs))
+        else:
             raise RuntimeError(f"{self.name}: the forward operator was called outside a call")
-        kwargs = unflatten(spec, list(inputs))
         with self._context_for_forward():
             result = self.module(**kwargs)
+        if fast_kwargs is not None:
+            template, tensors = output_template(result, _fastcall.PLACEHOLDER)
+            self._fast_state[2].setdefault(self._fast_state[1], template)
+            return tensors
         tensors, output_spec = _output_tree(result)
         self._output_specs.setdefault(self._call_key, output_spec)
         return tensors
@@ -250,6 +267,7 @@ class GraphedForward:
         """Drops every captured graph and its buffers; the next call captures again."""
         torch.ops.graphed.reset(self._id)
         self._held_objects.clear()
+        self._fast_state[2].clear()
 
     @property
     def runner_id(self) -> int:

@@ -412,3 +412,65 @@ def copy_into(static: Any, current: Any, *, root: str = "tree") -> int:
         with torch.no_grad():
             _copy_all(dsts, srcs)
     return len(dsts)
+
+
+class _NotPlain(Exception):
+    """A tree holds something other than exact dict/list/tuple, tensors and tensor-free leaves."""
+
+
+def substitute(tree: Any, tensors: list[torch.Tensor]) -> Any:
+    """`tree` with its tensors replaced, in walk order, by `tensors`.
+
+    Walks exact dict, list and tuple only, as the C entry point does (graphed._fastcall), so the
+    n-th tensor it meets is the n-th tensor that entry point handed to the core."""
+    remaining = iter(tensors)
+
+    def rebuild(value: Any) -> Any:
+        cls = type(value)
+        if cls is dict:
+            return {key: rebuild(item) for key, item in value.items()}
+        if cls is list:
+            return [rebuild(item) for item in value]
+        if cls is tuple:
+            return tuple([rebuild(item) for item in value])
+        if isinstance(value, torch.Tensor):
+            return next(remaining)
+        return value
+
+    return rebuild(tree)
+
+
+def output_template(result: Any, placeholder: object) -> tuple[Any, list[torch.Tensor]]:
+    """(template, tensors) for a forward's result.
+
+    For plain results (exact dict/list/tuple, tensors, tensor-free leaves) the template is a
+    1-tuple holding the result with `placeholder` in each tensor slot, which the C entry point
+    rebuilds by itself. Otherwise it is the TreeSpec of {"output": result}, rebuilt through
+    `rebuild_output`; an object that holds a tensor is rejected there with a TypeError."""
+    tensors: list[torch.Tensor] = []
+
+    def template_of(value: Any) -> Any:
+        cls = type(value)
+        if cls is dict:
+            return {key: template_of(item) for key, item in value.items()}
+        if cls is list:
+            return [template_of(item) for item in value]
+        if cls is tuple:
+            return tuple([template_of(item) for item in value])
+        if isinstance(value, torch.Tensor):
+            tensors.append(value)
+            return placeholder
+        if cls not in _PRIMITIVE_TYPES:
+            raise _NotPlain
+        return value
+
+    try:
+        return (template_of(result),), tensors
+    except _NotPlain:
+        spec_tensors, _, spec = flatten_kwargs({"output": result})
+        return spec, spec_tensors
+
+
+def rebuild_output(spec: TreeSpec, outputs: list[torch.Tensor]) -> Any:
+    """The inverse of output_template for results that are not plain."""
+    return unflatten(spec, outputs)["output"]

@@ -1,0 +1,99 @@
+// The libtorch side of the CPython entry point (see gf_shim_python.h).
+#include "gf_shim_python.h"
+
+#include "gf_shim_registry.h"
+#include "gf_shim_tensor.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <exception>
+#include <vector>
+
+namespace {
+
+gf_status status_of_exception(gf_error *err) {
+  try {
+    throw;
+  } catch (const c10::ValueError &e) {
+    return gf_error_set(err, GF_ERR_INVALID_ARGUMENT, "%s", e.what_without_backtrace());
+  } catch (const c10::TypeError &e) {
+    return gf_error_set(err, GF_ERR_TYPE, "%s", e.what_without_backtrace());
+  } catch (const c10::Error &e) {
+    return gf_error_set(err, GF_ERR_BACKEND, "%s", e.what_without_backtrace());
+  } catch (const std::exception &e) {
+    return gf_error_set(err, GF_ERR_BACKEND, "%s", e.what());
+  } catch (...) {
+    return gf_error_set(err, GF_ERR_BACKEND, "graphed: unknown C++ exception");
+  }
+}
+
+} // namespace
+
+extern "C" int gf_shim_python_is_plain_tensor(PyObject *obj) {
+  return THPVariable_CheckExact(obj) ? 1 : 0;
+}
+
+extern "C" int gf_shim_python_describe(PyObject *obj, gf_tensor *out) {
+  const at::Tensor &tensor = THPVariable_Unpack(obj);
+  if (tensor.dim() > GF_MAX_DIMS) {
+    return -1;
+  }
+  *out = graphed::describe_tensor(tensor, false);
+  out->handle = const_cast<at::Tensor *>(&tensor);
+  return 0;
+}
+
+extern "C" gf_status gf_shim_python_call(int64_t runner_id, const void *key, size_t key_length,
+                                         gf_tensor *inputs, size_t input_count, int pin,
+                                         int static_outputs, PyObject **outputs, gf_error *err) {
+  *outputs = nullptr;
+  try {
+    std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
+    // Live inputs reach the core dense; the contiguous copies live until the call returns.
+    std::vector<at::Tensor> dense;
+    dense.reserve(input_count); // never reallocates below: handles point into it
+    for (size_t i = 0; i < input_count; ++i) {
+      if (!gf_tensor_is_contiguous(&inputs[i])) {
+        dense.push_back(graphed::tensor_of_handle(inputs[i].handle).contiguous());
+        inputs[i] = graphed::describe_tensor(dense.back(), false);
+        inputs[i].handle = &dense.back();
+      }
+    }
+    gf_call_options options{pin, static_outputs};
+    gf_pool results{};
+    gf_status status;
+    {
+      std::lock_guard<std::recursive_mutex> guard(slot->mutex);
+      status = gf_runner_call(slot->runner, key, key_length, inputs, input_count, nullptr, 0,
+                              &options, &results, err);
+    }
+    PyObject *list = status == GF_OK ? PyList_New(static_cast<Py_ssize_t>(results.count)) : nullptr;
+    for (size_t i = 0; i < results.count; ++i) {
+      at::Tensor result = graphed::take_handle(results.tensors[i].handle);
+      if (list != nullptr) {
+        PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), THPVariable_Wrap(std::move(result)));
+      }
+    }
+    gf_pool_free(&results, nullptr, nullptr);
+    if (status == GF_OK && list == nullptr) {
+      return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for the outputs");
+    }
+    *outputs = list;
+    return status;
+  } catch (...) {
+    return status_of_exception(err);
+  }
+}
+
+extern "C" PyObject *gf_shim_python_raise(gf_status status, const gf_error *err) {
+  if (PyErr_Occurred()) {
+    return nullptr;
+  }
+  const char *message = err->message[0] ? err->message : gf_status_name(status);
+  PyObject *type = status == GF_ERR_INVALID_ARGUMENT ? PyExc_ValueError
+                   : status == GF_ERR_TYPE           ? PyExc_TypeError
+                                                     : PyExc_RuntimeError;
+  PyErr_SetString(type, message);
+  return nullptr;
+}

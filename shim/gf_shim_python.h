@@ -1,0 +1,42 @@
+/* What the CPython entry point (pyext/) needs from libtorch, as plain C: recognise a tensor
+ * object, describe it without copying, and run one runner call, getting the outputs back as new
+ * Python tensor objects. Definitions catch every C++ exception and return a status. */
+#ifndef GF_SHIM_PYTHON_H
+#define GF_SHIM_PYTHON_H
+
+#include <Python.h>
+
+#include "gf_status.h"
+#include "gf_tensor.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when obj is exactly a torch.Tensor or an nn.Parameter: a tensor the C entry point takes.
+ * Tensor subclasses (FakeTensor, functional wrappers, user subclasses) answer 0 and take the
+ * Python path, which goes through the dispatcher where their modes can see the call. */
+int gf_shim_python_is_plain_tensor(PyObject *obj);
+
+/* A borrowed descriptor of a tensor object, valid while obj lives; 0, or -1 when it has more
+ * than GF_MAX_DIMS dimensions. */
+int gf_shim_python_describe(PyObject *obj, gf_tensor *out);
+
+/* One call of runner `runner_id` (see gf_runner_call), with the GIL held. On success *outputs is
+ * a new list of tensors. */
+gf_status gf_shim_python_call(int64_t runner_id, const void *key, size_t key_length,
+                              gf_tensor *inputs, size_t input_count, int pin, int static_outputs,
+                              PyObject **outputs, gf_error *err);
+
+/* Raises the Python exception that matches a failed status (ValueError, TypeError or
+ * RuntimeError) and returns NULL. */
+PyObject *gf_shim_python_raise(gf_status status, const gf_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GF_SHIM_PYTHON_H */

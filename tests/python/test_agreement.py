@@ -1,0 +1,256 @@
+"""Rank agreement: the ranks of a process group capture together or all fall back to eager.
+
+In tensor-parallel serving every rank runs the same forward; if one rank's capture fails and
+another's succeeds, the graphed rank would replay while the eager one runs collectives in a
+different order, and the job hangs. GraphedForward(group=...) therefore agrees on every capture
+with an all-reduce. These tests run two real processes: over gloo on the CPU with the emulated
+backend (one rank forced to fail its capture), and over NCCL on two GPUs (one rank's forward
+synchronizes, a real capture failure). Each child writes its stats to a JSON file that the
+parent checks; every wait has a timeout so a broken agreement fails instead of hanging CI.
+
+Run as a script (`python test_agreement.py worker ...`), this file is the child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import graphed
+import pytest
+import torch
+
+CHILD_TIMEOUT_S = 180
+GROUP_TIMEOUT_S = 60
+ROWS, WIDTH = 6, 8
+
+
+# -- the child -------------------------------------------------------------------------------
+
+
+class SmallForward(torch.nn.Module):
+    """out = tanh(x @ w + b) * scale; with `synchronize`, it also reads a value back to the host,
+    which no capture survives."""
+
+    def __init__(self, synchronize: bool) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(1234)
+        self.weight = torch.nn.Parameter(torch.randn(WIDTH, WIDTH, generator=generator))
+        self.bias = torch.nn.Parameter(torch.randn(WIDTH, generator=generator))
+        self.synchronize = synchronize
+
+    def forward(self, *, x, scale):
+        out = torch.tanh(x @ self.weight + self.bias) * scale
+        if self.synchronize:
+            peak = out.abs().max().item()
+            out = out / (1.0 + peak)
+        return out
+
+
+def _request(device: torch.device, seed: int) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        "x": torch.randn(ROWS, WIDTH, generator=generator).to(device),
+        "scale": torch.rand(1, generator=generator).to(device) + 0.5,
+    }
+
+
+def _worker(rank: int, world_size: int, port: int, mode: str, plan: str, result_path: str):
+    import datetime
+
+    import torch.distributed as dist
+
+    backends = plan.split(",")
+    if mode == "gloo":
+        torch.ops.graphed.use_backend(backends[rank])
+        device = torch.device("cpu")
+        synchronize = False
+    else:
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+        synchronize = backends[rank] == "sync"
+    dist.init_process_group(
+        backend=mode,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S),
+    )
+    try:
+        module = SmallForward(synchronize).to(device)
+        gf = graphed.GraphedForward(module, device=device, group=dist.group.WORLD, name="agree")
+        calls = []
+        for seed in (10 + rank, 20 + rank):
+            request = _request(device, seed)
+            out = gf(**request)
+            with torch.no_grad():
+                expected = module(**request)
+            calls.append(
+                {
+                    "max_abs_error": (out - expected).abs().max().item(),
+                    "stats": gf.stats(),
+                }
+            )
+        dist.barrier()
+        report = {"rank": rank, "calls": calls}
+    finally:
+        dist.destroy_process_group()
+    Path(result_path).write_text(json.dumps(report))
+
+
+# -- the parent ------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _run_ranks(tmp_path: Path, mode: str, plan: list[str]) -> list[dict]:
+    """Runs one child per entry of plan; returns their reports, ordered by rank."""
+    world_size = len(plan)
+    port = _free_port()
+    env = dict(os.environ)
+    package_root = str(Path(graphed.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env["NCCL_NVLS_ENABLE"] = "0"
+    children = []
+    for rank in range(world_size):
+        result_path = tmp_path / f"{mode}_rank{rank}.json"
+        log_path = tmp_path / f"{mode}_rank{rank}.log"
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "worker",
+            str(rank),
+            str(world_size),
+            str(port),
+            mode,
+            ",".join(plan),
+            str(result_path),
+        ]
+        log = open(log_path, "w")  # noqa: SIM115 - closed after the child exits
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        children.append((process, log, log_path, result_path))
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    reports = []
+    failures = []
+    for rank, (process, log, log_path, result_path) in enumerate(children):
+        try:
+            code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            code = f"a timeout after {CHILD_TIMEOUT_S} s"
+        log.close()
+        if code != 0 or not result_path.exists():
+            tail = log_path.read_text()[-3000:]
+            failures.append(f"rank {rank} exited with {code}:\n{tail}")
+            continue
+        reports.append(json.loads(result_path.read_text()))
+    assert not failures, "\n\n".join(failures)
+    return reports
+
+
+def _check_eager_results(report: dict, tolerance: float) -> None:
+    for call in report["calls"]:
+        assert call["max_abs_error"] <= tolerance, (report["rank"], call)
+
+
+@pytest.fixture
+def emulated_backend_available() -> None:
+    if not hasattr(torch.ops.graphed, "use_backend"):
+        pytest.fail("torch.ops.graphed.use_backend is missing: the library predates it")
+
+
+def test_gloo_capture_failure_on_one_rank_disables_both(tmp_path, emulated_backend_available):
+    reports = _run_ranks(tmp_path, "gloo", ["emulated", "emulated_fail_capture"])
+    for report in reports:
+        first, second = (call["stats"] for call in report["calls"])
+        # Both ranks are disabled at the first call, and neither keeps a graph.
+        assert first["enabled"] is False, report
+        assert first["captures"] == 0
+        assert first["graphs"] == 0
+        assert first["eager_calls"] == 1
+        assert second["enabled"] is False
+        assert second["eager_calls"] == 2
+        assert second["replays"] == 0
+        _check_eager_results(report, tolerance=1e-6)
+    healthy, failing = reports
+    assert healthy["calls"][0]["stats"]["backend"] == "emulated"
+    assert failing["calls"][0]["stats"]["backend"] == "emulated_fail_capture"
+    assert "another rank" in healthy["calls"][0]["stats"]["disabled_reason"]
+    assert "emulated capture failure" in failing["calls"][0]["stats"]["disabled_reason"]
+
+
+def test_gloo_ranks_that_both_capture_stay_enabled(tmp_path, emulated_backend_available):
+    reports = _run_ranks(tmp_path, "gloo", ["emulated", "emulated"])
+    for report in reports:
+        first, second = (call["stats"] for call in report["calls"])
+        assert first["enabled"] is True, report
+        assert first["backend"] == "emulated"
+        assert first["disabled_reason"] is None
+        assert (first["captures"], first["replays"], first["eager_calls"]) == (1, 1, 0)
+        # Same shapes again: a replay, no second capture and no agreement needed.
+        assert (second["captures"], second["replays"], second["eager_calls"]) == (1, 2, 0)
+        assert second["enabled"] is True
+        # The emulated launch does no work, so only the first call's output (written by the
+        # capture-time forward from the same inputs) is comparable with eager.
+        assert report["calls"][0]["max_abs_error"] <= 1e-6
+
+
+needs_two_gpus = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+    reason="needs two CUDA devices",
+)
+
+
+@pytest.mark.gpu
+@needs_two_gpus
+def test_nccl_capture_failure_on_one_rank_disables_both(tmp_path):
+    reports = _run_ranks(tmp_path, "nccl", ["plain", "sync"])
+    for report in reports:
+        first, second = (call["stats"] for call in report["calls"])
+        assert first["backend"] == "cuda"
+        assert first["enabled"] is False, report
+        assert first["captures"] == 0
+        assert first["graphs"] == 0
+        assert first["eager_calls"] == 1
+        assert second["enabled"] is False
+        assert second["eager_calls"] == 2
+        assert second["replays"] == 0
+        _check_eager_results(report, tolerance=1e-6)
+    healthy, failing = reports
+    assert "another rank" in healthy["calls"][0]["stats"]["disabled_reason"]
+    assert "synchroniz" in failing["calls"][0]["stats"]["disabled_reason"]
+
+
+@pytest.mark.gpu
+@needs_two_gpus
+def test_nccl_ranks_that_both_capture_stay_enabled(tmp_path):
+    reports = _run_ranks(tmp_path, "nccl", ["plain", "plain"])
+    for report in reports:
+        for number, call in enumerate(report["calls"], start=1):
+            stats = call["stats"]
+            assert stats["enabled"] is True, report
+            assert stats["backend"] == "cuda"
+            assert (stats["captures"], stats["replays"], stats["eager_calls"]) == (1, number, 0)
+        # Real replays on a GPU: both calls match eager.
+        _check_eager_results(report, tolerance=1e-5)
+
+
+if __name__ == "__main__" and len(sys.argv) == 8 and sys.argv[1] == "worker":
+    _worker(
+        rank=int(sys.argv[2]),
+        world_size=int(sys.argv[3]),
+        port=int(sys.argv[4]),
+        mode=sys.argv[5],
+        plan=sys.argv[6],
+        result_path=sys.argv[7],
+    )

@@ -1,0 +1,370 @@
+"""CPU tests of GraphedForward and the graphed operators on a machine with no graph backend.
+
+Most machines that run this test suite (CI, laptops) have no GPU, and graphed must then be a
+transparent, eager-running wrapper: same results as the module, honest stats, one warning per
+process, the same argument checking as on a GPU, and operators that work when called directly
+from Python and under FakeTensor tracing. These tests pin that behaviour down; they need the
+native library built, but no device (one borrows the emulated CPU backend to have a capturing
+runner to disable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import NamedTuple
+
+import graphed
+import graphed._forward as graphed_forward
+import pytest
+import torch
+import torch.nn.functional as F
+from graphed import GraphedForward
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+CPU = torch.device("cpu")
+
+
+def _graphs_unavailable_here() -> bool:
+    probe = GraphedForward(lambda *, x: x, device="cpu")
+    return probe.disabled_reason.startswith("graphs unavailable")
+
+
+pytestmark = pytest.mark.skipif(
+    not _graphs_unavailable_here(),
+    reason="these tests cover the no-graph-backend path; this machine can capture CPU graphs",
+)
+
+
+@pytest.fixture(autouse=True)
+def default_backend():
+    """Runners made by these tests get the load-time backend, whatever an earlier test chose."""
+    if hasattr(torch.ops.graphed, "use_backend"):
+        torch.ops.graphed.use_backend("default")
+
+
+class TinyMlp(torch.nn.Module):
+    """A small keyword-only forward with parameters, a dict input and an optional tensor."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(width, 2 * width)
+        self.out = torch.nn.Linear(2 * width, width)
+
+    def forward(self, *, x, cond, bias=None, scale: float = 1.0):
+        h = F.gelu(self.inp(x + cond["shift"]))
+        y = self.out(h) * scale
+        if bias is not None:
+            y = y + bias
+        return y
+
+
+def _inputs(rows: int = 5, width: int = 16) -> dict:
+    return {
+        "x": torch.randn(rows, width),
+        "cond": {"shift": torch.randn(width)},
+        "bias": torch.randn(width),
+        "scale": 0.5,
+    }
+
+
+@pytest.fixture
+def module() -> TinyMlp:
+    torch.manual_seed(0)
+    return TinyMlp().eval()
+
+
+def test_results_equal_the_eager_module(module):
+    gf = GraphedForward(module, device="cpu")
+    for rows in (5, 5, 7, 5):
+        kwargs = _inputs(rows)
+        out = gf(**kwargs)
+        with torch.no_grad():
+            expected = module(**kwargs)
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+        assert out.shape == (rows, 16)
+
+
+def test_stats_report_graphs_unavailable_and_count_eager_calls(module):
+    gf = GraphedForward(module, device="cpu", name="cpu_stats")
+    stats = gf.stats()
+    assert stats["enabled"] is False
+    assert stats["eager_calls"] == 0
+    assert stats["disabled_reason"].startswith("graphs unavailable")
+    assert gf.disabled_reason == stats["disabled_reason"]
+    assert stats["backend"] == graphed.backend()[0]
+    assert isinstance(stats["backend"], str) and stats["backend"]
+    for call in range(1, 4):
+        gf(**_inputs())
+        stats = gf.stats()
+        assert stats["eager_calls"] == call
+        assert stats["captures"] == 0
+        assert stats["replays"] == 0
+        assert stats["graphs"] == 0
+        assert stats["pool_bytes"] == 0
+    assert gf.num_graphs == 0
+
+
+def test_enabled_false_is_reported_as_the_callers_choice(module):
+    gf = GraphedForward(module, device="cpu", enabled=False)
+    assert gf.stats()["enabled"] is False
+    assert "enabled=False" in gf.disabled_reason
+    kwargs = _inputs()
+    with torch.no_grad():
+        expected = module(**kwargs)
+    torch.testing.assert_close(gf(**kwargs), expected, rtol=0, atol=0)
+    assert gf.stats()["eager_calls"] == 1
+
+
+def test_graphs_unavailable_warning_is_logged_once_per_process(module, caplog, monkeypatch):
+    # Whichever GraphedForward a process creates first emits the warning; start from a clean
+    # slate so this test does not depend on the order the tests run in.
+    monkeypatch.setattr(graphed_forward, "_warned_unavailable", False)
+    caplog.set_level(logging.WARNING, logger="graphed")
+
+    def unavailable_records() -> list[logging.LogRecord]:
+        return [
+            record
+            for record in caplog.records
+            if record.name == "graphed" and "graphs unavailable" in record.getMessage()
+        ]
+
+    first = GraphedForward(module, device="cpu")
+    records = unavailable_records()
+    assert len(records) == 1
+    assert records[0].levelno == logging.WARNING
+    assert first.disabled_reason in records[0].getMessage()
+
+    second = GraphedForward(module, device="cpu")
+    second(**_inputs())
+    first(**_inputs())
+    assert len(unavailable_records()) == 1
+
+
+def test_positional_arguments_are_a_type_error(module):
+    gf = GraphedForward(module, device="cpu")
+    with pytest.raises(TypeError, match="keyword-only"):
+        gf(torch.randn(5, 16))
+    assert gf.stats()["eager_calls"] == 0
+
+
+class Holder:
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+
+def test_object_holding_a_tensor_is_a_type_error():
+    def forward(*, x, extra):
+        return x + extra.tensor
+
+    gf = GraphedForward(forward, device="cpu")
+    with pytest.raises(TypeError, match=r"kwargs\['extra'\]\.tensor"):
+        gf(x=torch.randn(3), extra=Holder(torch.randn(3)))
+    assert gf.stats()["eager_calls"] == 0
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("max_entries", 0), ("max_entries", -3), ("warmup_iters", -1), ("max_entries", True)],
+)
+def test_bad_options_are_value_errors(module, option, value):
+    with pytest.raises(ValueError, match=option):
+        GraphedForward(module, device="cpu", **{option: value})
+
+
+def test_disable_keeps_calls_eager(module):
+    gf = GraphedForward(module, device="cpu")
+    first_reason = gf.disabled_reason
+    gf.disable("turned off by the test")
+    stats = gf.stats()
+    assert stats["enabled"] is False
+    # The first reason sticks: the runner was already disabled for want of a graph backend.
+    assert stats["disabled_reason"] == first_reason
+    for call in range(1, 3):
+        kwargs = _inputs()
+        with torch.no_grad():
+            expected = module(**kwargs)
+        torch.testing.assert_close(gf(**kwargs), expected, rtol=0, atol=0)
+        assert gf.stats()["eager_calls"] == call
+        assert gf.stats()["captures"] == 0
+
+
+def test_disable_of_a_capturing_runner_drops_its_graphs_and_runs_eager(module):
+    # The emulated backend captures on the CPU, so the runner starts enabled here.
+    torch.ops.graphed.use_backend("emulated")
+    try:
+        gf = GraphedForward(module, device="cpu")
+    finally:
+        torch.ops.graphed.use_backend("default")
+    kwargs = _inputs()
+    with torch.no_grad():
+        expected = module(**kwargs)
+    torch.testing.assert_close(gf(**kwargs), expected, rtol=0, atol=0)
+    stats = gf.stats()
+    assert (stats["enabled"], stats["captures"], stats["graphs"]) == (True, 1, 1)
+    gf.disable("turned off by the test")
+    gf.disable("a later reason does not replace the first")
+    stats = gf.stats()
+    assert stats["enabled"] is False
+    assert stats["disabled_reason"] == "turned off by the test"
+    assert stats["graphs"] == 0
+    assert stats["pool_bytes"] == 0
+    kwargs = _inputs()
+    with torch.no_grad():
+        expected = module(**kwargs)
+    torch.testing.assert_close(gf(**kwargs), expected, rtol=0, atol=0)
+    stats = gf.stats()
+    assert (stats["eager_calls"], stats["captures"], stats["replays"]) == (1, 1, 1)
+
+
+class Pair(NamedTuple):
+    first: torch.Tensor
+    label: str
+
+
+def test_output_trees_round_trip():
+    def forward(*, x, y):
+        return {
+            "sum": x + y,
+            "parts": (x * 2, [y - 1, 7], Pair(x * y, "prod")),
+            "meta": {"rows": x.shape[0], "name": "out", "none": None, "dtype": x.dtype},
+        }
+
+    gf = GraphedForward(forward, device="cpu")
+    for _ in range(2):
+        x, y = torch.randn(4, 3), torch.randn(4, 3)
+        out = gf(x=x, y=y)
+        expected = forward(x=x, y=y)
+        assert type(out) is dict and list(out) == ["sum", "parts", "meta"]
+        torch.testing.assert_close(out["sum"], expected["sum"], rtol=0, atol=0)
+        parts = out["parts"]
+        assert type(parts) is tuple and len(parts) == 3
+        torch.testing.assert_close(parts[0], x * 2, rtol=0, atol=0)
+        assert type(parts[1]) is list
+        torch.testing.assert_close(parts[1][0], y - 1, rtol=0, atol=0)
+        assert parts[1][1] == 7
+        assert type(parts[2]) is Pair and parts[2].label == "prod"
+        torch.testing.assert_close(parts[2].first, x * y, rtol=0, atol=0)
+        assert out["meta"] == {"rows": 4, "name": "out", "none": None, "dtype": torch.float32}
+
+
+def test_bare_tensor_and_tuple_outputs_round_trip():
+    tensor_gf = GraphedForward(lambda *, x: x * 3, device="cpu")
+    x = torch.randn(6)
+    out = tensor_gf(x=x)
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out, x * 3, rtol=0, atol=0)
+
+    tuple_gf = GraphedForward(lambda *, x: (x + 1, "tag", 2.5), device="cpu")
+    out = tuple_gf(x=x)
+    assert type(out) is tuple and len(out) == 3
+    torch.testing.assert_close(out[0], x + 1, rtol=0, atol=0)
+    assert out[1:] == ("tag", 2.5)
+
+
+def test_call_without_tensors_runs_the_module():
+    gf = GraphedForward(lambda *, n, word: word * n, device="cpu")
+    assert gf(n=3, word="ab") == "ababab"
+
+
+_test_library = torch.library.Library("graphed_test_ops", "DEF")
+_test_library.define("fwd(Tensor[] inputs) -> Tensor[]")
+_fwd_calls: list[int] = []
+
+
+def _fwd(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    _fwd_calls.append(len(inputs))
+    return [inputs[0] * 2 + 1]
+
+
+_test_library.impl("fwd", _fwd, "CompositeExplicitAutograd")
+
+
+@pytest.fixture
+def raw_runner():
+    runner = torch.ops.graphed.create(
+        "raw_cpu", "graphed_test_ops::fwd", torch.device("cpu"), 4, 1, True, None
+    )
+    yield runner
+    torch.ops.graphed.destroy(runner)
+
+
+def test_forward_operator_callable_directly(raw_runner):
+    _fwd_calls.clear()
+    t = torch.randn(3, 2)
+    outputs = torch.ops.graphed.forward(raw_runner, "key", [t], [], False, False)
+    assert isinstance(outputs, list) and len(outputs) == 1
+    torch.testing.assert_close(outputs[0], t * 2 + 1, rtol=0, atol=0)
+    assert _fwd_calls == [1]
+    counters, backend, reason = torch.ops.graphed.stats(raw_runner)
+    assert backend == graphed.backend()[0]
+    assert reason.startswith("graphs unavailable")
+    eager_calls = counters[5]
+    assert eager_calls == 1
+    # The defaults of pin and static_outputs may be left out.
+    outputs = torch.ops.graphed.forward(raw_runner, "key", [t], [])
+    torch.testing.assert_close(outputs[0], t * 2 + 1, rtol=0, atol=0)
+    assert torch.ops.graphed.stats(raw_runner)[0][5] == 2
+
+
+def test_unknown_forward_operator_is_a_value_error():
+    with pytest.raises(ValueError, match="graphed_test_ops::missing"):
+        torch.ops.graphed.create(
+            "raw_cpu", "graphed_test_ops::missing", torch.device("cpu"), 4, 1, True, None
+        )
+    with pytest.raises(ValueError, match="namespace::name"):
+        torch.ops.graphed.create("raw_cpu", "no_namespace", torch.device("cpu"), 4, 1, True, None)
+
+
+def test_unknown_runner_id_is_a_value_error(raw_runner):
+    missing = raw_runner + 1_000_000
+    with pytest.raises(ValueError, match=f"no runner with id {missing}"):
+        torch.ops.graphed.forward(missing, "key", [torch.randn(2)], [], False, False)
+    with pytest.raises(ValueError, match="no runner"):
+        torch.ops.graphed.stats(missing)
+    torch.ops.graphed.destroy(raw_runner)
+    with pytest.raises(ValueError, match="no runner"):
+        torch.ops.graphed.forward(raw_runner, "key", [torch.randn(2)], [], False, False)
+
+
+def test_fake_tensor_call_gives_the_right_shapes(module):
+    gf = GraphedForward(module, device="cpu")
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        kwargs = {
+            "x": torch.empty(9, 16),
+            "cond": {"shift": torch.empty(16)},
+            "bias": None,
+            "scale": 2.0,
+        }
+        assert isinstance(kwargs["x"], FakeTensor)
+        out = gf(**kwargs)
+    assert isinstance(out, FakeTensor)
+    assert out.shape == (9, 16)
+    assert out.dtype == torch.float32
+    # Tracing does not run the module for real, so nothing is counted as an eager call.
+    assert gf.stats()["eager_calls"] == 0
+
+
+def test_fake_tensor_call_with_capture_context_and_tree_output():
+    entered = []
+
+    @contextlib.contextmanager
+    def context():
+        entered.append(True)
+        yield
+
+    def forward(*, x, y):
+        return {"cat": torch.cat([x, y]), "mean": (x.mean(0), y.dtype)}
+
+    gf = GraphedForward(forward, device="cpu", capture_context=context)
+    with FakeTensorMode():
+        out = gf(x=torch.empty(2, 5), y=torch.empty(3, 5))
+    assert isinstance(out["cat"], FakeTensor)
+    assert out["cat"].shape == (5, 5)
+    assert out["mean"][0].shape == (5,)
+    assert out["mean"][1] == torch.float32
+    # Real calls afterwards still give real, correct results.
+    x, y = torch.randn(2, 5), torch.randn(3, 5)
+    real = gf(x=x, y=y)
+    assert not isinstance(real["cat"], FakeTensor)
+    torch.testing.assert_close(real["cat"], torch.cat([x, y]), rtol=0, atol=0)
