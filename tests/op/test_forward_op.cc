@@ -145,6 +145,7 @@ TEST_F(ForwardOpTest, FailingForwardSurfacesAsError) {
 
 TEST_F(ForwardOpTest, UnknownRunnerIsAValueError) {
   EXPECT_THROW(stats(987654), c10::ValueError);
+  EXPECT_THROW(forward(987654, "k", {at::randn({2})}), c10::ValueError);
 }
 
 TEST_F(ForwardOpTest, UnknownForwardOperatorIsAValueError) {

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: configure against that machine's own torch, build, run ctest, pytest
+# and the benchmark, and write every log under $OUT (default: ./device-logs). The machine needs
+# torch with CUDA under `python3`, nvcc, cmake and GoogleTest (a package or its sources).
+# Usage: bash scripts/device_check.sh [all|build|test|bench] [extra pytest args...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-all}"
+shift || true
+OUT="${OUT:-$PWD/device-logs}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+PY="$(command -v python3)"
+BUILD=build-device
+status=0
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'devices', torch.cuda.device_count())"
+  nvcc --version | tail -1
+} 2>&1 | tee "$OUT/env.txt"
+
+if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench ]]; then
+  if ! { cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DGRAPHED_CUDA_ARCHITECTURES=90 \
+        && cmake --build "$BUILD" -j"$(nproc)"; } > "$OUT/build.log" 2>&1; then
+    echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1
+  fi
+  grep -E "warning" "$OUT/build.log" | grep -v "^ninja" | head -20
+  echo "build ok"
+fi
+
+if [[ "$what" == all || "$what" == test ]]; then
+  ctest --test-dir "$BUILD" --output-on-failure > "$OUT/ctest.log" 2>&1 || status=1
+  tail -5 "$OUT/ctest.log"
+  grep -E "Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -30
+  PYTHONPATH=python "$PY" -m pytest tests/python -v -rs "$@" > "$OUT/pytest.log" 2>&1 || status=1
+  grep -E "PASSED|FAILED|ERROR|SKIPPED" "$OUT/pytest.log" | grep -v "PASSED" | head -40
+  tail -3 "$OUT/pytest.log"
+fi
+
+if [[ "$what" == all || "$what" == bench ]]; then
+  if [[ -f bench/run.py ]]; then
+    PYTHONPATH=python:bench "$PY" bench/run.py --out "$OUT" > "$OUT/bench.log" 2>&1 || status=1
+    tail -60 "$OUT/bench.log"
+  fi
+fi
+exit $status
