@@ -259,14 +259,45 @@ static PyObject *gf_fast_outputs(PyObject *state, PyObject *key, PyObject *outpu
 static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, PyObject *const *args,
                                      int pin, int static_outputs);
 
-/* call(runner_id, kwargs, variant, pin, static_outputs, state) -> output | FALLBACK */
+/* Describes the keep-alive tensors (rare: a small heap array) and enters the runner. */
+static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, PyObject *keep_alive,
+                                     int pin, int static_outputs, PyObject **outputs,
+                                     gf_error *err) {
+  Py_ssize_t held_count = PyList_GET_SIZE(keep_alive);
+  gf_tensor *held = NULL;
+  if (held_count > 0) {
+    held = calloc((size_t)held_count, sizeof *held);
+    if (held == NULL) {
+      return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for keep_alive");
+    }
+  }
+  for (Py_ssize_t i = 0; i < held_count; ++i) {
+    PyObject *item = PyList_GET_ITEM(keep_alive, i);
+    if (!gf_shim_python_is_plain_tensor(item) || gf_shim_python_describe(item, &held[i]) != 0) {
+      free(held);
+      return gf_error_set(err, GF_ERR_TYPE, "graphed: keep_alive item %zd is not a plain tensor",
+                          i);
+    }
+  }
+  gf_calls_in_flight++;
+  gf_status status =
+      gf_shim_python_call(runner_id, walk->key, walk->key_length, walk->tensors,
+                          walk->tensor_count, held, (size_t)held_count, pin, static_outputs,
+                          outputs, err);
+  gf_calls_in_flight--;
+  free(held);
+  return status;
+}
+
+/* call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive) -> output | FALLBACK,
+ * keep_alive a list of tensors the entry holds for its life (may be empty). */
 static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
-  if (nargs != 6 || !PyDict_CheckExact(args[1]) || !PyList_CheckExact(args[5]) ||
-      PyList_GET_SIZE(args[5]) != 4) {
+  if (nargs != 7 || !PyDict_CheckExact(args[1]) || !PyList_CheckExact(args[5]) ||
+      PyList_GET_SIZE(args[5]) != 4 || !PyList_CheckExact(args[6])) {
     PyErr_SetString(PyExc_TypeError,
                     "graphed._fastcall.call(runner_id, kwargs, variant, pin, static_outputs, "
-                    "state)");
+                    "state, keep_alive)");
     return NULL;
   }
   long long runner_id = PyLong_AsLongLong(args[0]);
@@ -321,9 +352,8 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, PyObject 
   PyList_SetItem(state, 1, key);
   PyObject *outputs = NULL;
   gf_error err = {0};
-  gf_calls_in_flight++;
-  gf_status status = gf_shim_python_call(runner_id, walk->key, walk->key_length, walk->tensors,
-                                         walk->tensor_count, pin, static_outputs, &outputs, &err);
+  gf_status status = gf_fast_call_runner(walk, runner_id, args[6], pin, static_outputs, &outputs,
+                                         &err);
   gf_calls_in_flight--;
   PyList_SetItem(state, 0, outer_kwargs);
   PyList_SetItem(state, 1, outer_key);

@@ -14,6 +14,7 @@
 //   use_backend(str name) -> ()                 "default", or a test backend ("emulated",
 //                                               "emulated_fail_capture") for later runners
 #include "gf_shim_host.h"
+#include "gf_shim_message.h"
 #include "gf_shim_registry.h"
 #include "gf_shim_tensor.h"
 
@@ -52,9 +53,15 @@ std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at:
   dense.reserve(tensors.size());
   std::vector<gf_tensor> described(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    TORCH_CHECK_VALUE(tensors[i].defined(), "graphed: input tensor ", i, " is undefined");
-    TORCH_CHECK_VALUE(tensors[i].dim() <= GF_MAX_DIMS, "graphed: input tensor ", i, " has ",
-                      tensors[i].dim(), " dimensions; at most ", GF_MAX_DIMS, " are supported");
+    if (!tensors[i].defined()) {
+      TORCH_CHECK_VALUE(false, format_message("graphed: input tensor %zu is undefined", i));
+    }
+    if (tensors[i].dim() > GF_MAX_DIMS) {
+      TORCH_CHECK_VALUE(false, format_message("graphed: input tensor %zu has %lld dimensions; at "
+                                              "most %d are supported",
+                                              i, static_cast<long long>(tensors[i].dim()),
+                                              static_cast<int>(GF_MAX_DIMS)));
+    }
     dense.push_back(tensors[i].is_contiguous() ? tensors[i] : tensors[i].contiguous());
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -67,10 +74,12 @@ std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at:
 int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Device device,
                   int64_t max_entries, int64_t warmup_iters, bool enabled,
                   std::optional<c10::string_view> agree_op) {
-  TORCH_CHECK_VALUE(max_entries >= 1, "graphed: max_entries must be at least 1, got ",
-                    max_entries);
-  TORCH_CHECK_VALUE(warmup_iters >= 0, "graphed: warmup_iters must be 0 or more, got ",
-                    warmup_iters);
+  if (max_entries < 1 || warmup_iters < 0) {
+    TORCH_CHECK_VALUE(false, format_message("graphed: max_entries must be at least 1 and "
+                                            "warmup_iters 0 or more, got %lld and %lld",
+                                            static_cast<long long>(max_entries),
+                                            static_cast<long long>(warmup_iters)));
+  }
   auto *context = new HostContext{find_operator(std::string(forward_op), "forward"),
                                   std::nullopt, std::string(name)};
   try {

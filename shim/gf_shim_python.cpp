@@ -45,8 +45,10 @@ extern "C" int gf_shim_python_describe(PyObject *obj, gf_tensor *out) {
 }
 
 extern "C" gf_status gf_shim_python_call(int64_t runner_id, const void *key, size_t key_length,
-                                         gf_tensor *inputs, size_t input_count, int pin,
-                                         int static_outputs, PyObject **outputs, gf_error *err) {
+                                         gf_tensor *inputs, size_t input_count,
+                                         const gf_tensor *keep_alive, size_t keep_alive_count,
+                                         int pin, int static_outputs, PyObject **outputs,
+                                         gf_error *err) {
   *outputs = nullptr;
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
@@ -65,8 +67,8 @@ extern "C" gf_status gf_shim_python_call(int64_t runner_id, const void *key, siz
     gf_status status;
     {
       std::lock_guard<std::recursive_mutex> guard(slot->mutex);
-      status = gf_runner_call(slot->runner, key, key_length, inputs, input_count, nullptr, 0,
-                              &options, &results, err);
+      status = gf_runner_call(slot->runner, key, key_length, inputs, input_count, keep_alive,
+                              keep_alive_count, &options, &results, err);
     }
     PyObject *list = status == GF_OK ? PyList_New(static_cast<Py_ssize_t>(results.count)) : nullptr;
     for (size_t i = 0; i < results.count; ++i) {

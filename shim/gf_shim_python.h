@@ -28,7 +28,8 @@ int gf_shim_python_describe(PyObject *obj, gf_tensor *out);
 /* One call of runner `runner_id` (see gf_runner_call), with the GIL held. On success *outputs is
  * a new list of tensors. */
 gf_status gf_shim_python_call(int64_t runner_id, const void *key, size_t key_length,
-                              gf_tensor *inputs, size_t input_count, int pin, int static_outputs,
+                              gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
+                              size_t keep_alive_count, int pin, int static_outputs,
                               PyObject **outputs, gf_error *err);
 
 /* Raises the Python exception that matches a failed status (ValueError, TypeError or

@@ -1,6 +1,8 @@
 // The runner table (see gf_shim_registry.h).
 #include "gf_shim_registry.h"
 
+#include "gf_shim_message.h"
+
 #include <c10/util/Exception.h>
 
 #include <unordered_map>
@@ -39,8 +41,11 @@ std::shared_ptr<RunnerSlot> find_runner(int64_t id) {
   Registry &table = registry();
   std::lock_guard<std::mutex> guard(table.mutex);
   auto found = table.slots.find(id);
-  TORCH_CHECK_VALUE(found != table.slots.end(), "graphed: no runner with id ", id,
-                    " (it was destroyed, or never created)");
+  if (found == table.slots.end()) {
+    TORCH_CHECK_VALUE(false, format_message("graphed: no runner with id %lld (it was destroyed, "
+                                            "or never created)",
+                                            static_cast<long long>(id)));
+  }
   return found->second;
 }
 

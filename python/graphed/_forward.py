@@ -131,16 +131,19 @@ class GraphedForward:
                 f"{self.name}: graphed forwards are keyword-only; got {len(args)} positional "
                 "argument(s)"
             )
-        if type(keep_alive) is tuple and not keep_alive:
-            result = _fastcall.call(
-                self._id, kwargs, variant, pin, static_outputs, self._fast_state
-            )
-            if result is not _FALLBACK:
-                return result
+        held_tensors, held_objects = self._split_keep_alive(keep_alive)
+        result = _fastcall.call(
+            self._id, kwargs, variant, pin, static_outputs, self._fast_state, held_tensors
+        )
+        if result is not _FALLBACK:
+            if held_objects:
+                self._held_objects.setdefault(self._fast_state[1], held_objects)
+            return result
         tensors, key, spec = flatten_kwargs(kwargs, variant)
         if not tensors:
             return self._eager(kwargs)
-        held_tensors = self._hold(key, keep_alive)
+        if held_objects:
+            self._held_objects.setdefault(key, held_objects)
         self._call_spec, self._call_key = spec, key
         outputs = torch.ops.graphed.forward(
             self._id, key, tensors, held_tensors, bool(pin), bool(static_outputs)
@@ -156,7 +159,11 @@ class GraphedForward:
         elif self._call_spec is not None:
             kwargs = unflatten(self._call_spec, list(inputs))
         else:
-            raise RuntimeError(f"{self.name}: the forward operator was called outside a call")
+            raise RuntimeError(
+                f"{self.name}: this runner's forward was reached without a GraphedForward call in "
+                "flight (torch.ops.graphed.forward with a key this GraphedForward never saw); call "
+                "the GraphedForward once with these kwargs first"
+            )
         with self._context_for_forward():
             result = self.module(**kwargs)
         if fast_kwargs is not None:
@@ -194,15 +201,16 @@ class GraphedForward:
             and torch.cuda.is_current_stream_capturing()
         )
 
-    def _hold(self, key: str, keep_alive: Any) -> list[torch.Tensor]:
-        """Splits keep_alive into the tensors the native entry holds and the other objects, which
-        are held here for as long as the runner lives."""
-        if keep_alive is None or (isinstance(keep_alive, (tuple, list)) and not keep_alive):
-            return []
+    @staticmethod
+    def _split_keep_alive(keep_alive: Any) -> tuple[list[torch.Tensor], list[Any]]:
+        """Splits keep_alive into the tensors the native entry holds for its life and the other
+        objects, which this object holds until reset or its own end."""
+        if keep_alive is None or (type(keep_alive) in (tuple, list) and not keep_alive):
+            return [], []
         if isinstance(keep_alive, torch.nn.Module):
-            return [*keep_alive.parameters(), *keep_alive.buffers()]
+            return [*keep_alive.parameters(), *keep_alive.buffers()], []
         if isinstance(keep_alive, torch.Tensor):
-            return [keep_alive]
+            return [keep_alive], []
         held_tensors: list[torch.Tensor] = []
         others: list[Any] = []
         items = keep_alive.values() if isinstance(keep_alive, dict) else keep_alive
@@ -215,9 +223,7 @@ class GraphedForward:
                 held_tensors.extend([*item.parameters(), *item.buffers()])
             else:
                 others.append(item)
-        if others:
-            self._held_objects.setdefault(key, others)
-        return held_tensors
+        return held_tensors, others
 
     @staticmethod
     def _agreement(group: Any) -> Callable[[torch.Tensor], torch.Tensor]:
