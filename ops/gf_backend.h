@@ -54,7 +54,21 @@ typedef struct gf_backend {
                           gf_error *err);
   gf_status (*launch)(void *context, void *state, void *graph, gf_error *err);
   void (*release_graph)(void *context, void *state, void *graph);
+
+  /* Optional: folding the copies into the graph, so a replay is one launch whatever the number
+   * of tensors. capture_copy_node records, into the capture in progress, a batched copy node of
+   * `role` (GF_COPY_INPUTS before the forward, GF_COPY_OUTPUTS after it) and sets *recorded to 1;
+   * *recorded stays 0 when it cannot (too many tensors), and the replay then uses copy_batch.
+   * launch_folded rewrites both nodes' tables and launches the graph; it returns
+   * GF_ERR_NOT_FOUND, having launched nothing, when the graph has no such nodes. */
+  gf_status (*capture_copy_node)(void *context, void *state, int role, const gf_copy *copies,
+                                 size_t count, int *recorded, gf_error *err);
+  gf_status (*launch_folded)(void *context, void *state, void *graph, const gf_copy *inputs,
+                             size_t input_count, const gf_copy *outputs, size_t output_count,
+                             gf_error *err);
 } gf_backend;
+
+enum { GF_COPY_INPUTS = 0, GF_COPY_OUTPUTS = 1 };
 
 /* The backend chosen when the library loaded, never NULL (the "none" backend at worst), and the
  * sentence that says why it was chosen. */

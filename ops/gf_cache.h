@@ -19,6 +19,7 @@ extern "C" {
 typedef struct gf_entry {
   gf_signature signature;
   int pinned;
+  int folded; /* the graph holds the input and output copy nodes (see gf_backend.h) */
   uint64_t replays;
   void *graph;            /* the backend's graph, NULL until captured */
   gf_pool static_inputs;  /* contiguous copies the graph reads */

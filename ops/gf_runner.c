@@ -177,23 +177,33 @@ static gf_status gf_runner_reserve_copies(gf_runner *runner, size_t count, gf_er
   return GF_OK;
 }
 
-/* Fresh clones of the entry's static outputs (one batched copy), or the static outputs. */
-static gf_status gf_runner_emit_outputs(gf_runner *runner, gf_entry *entry,
+/* The input copies of a replay, one per input: an input already at its static buffer (same
+ * address, sizes and strides) gets a zero-byte copy. */
+static void gf_runner_input_copies(const gf_entry *entry, const gf_tensor *inputs, size_t count,
+                                   gf_copy *copies) {
+  for (size_t i = 0; i < count; ++i) {
+    const gf_tensor *fixed = &entry->static_inputs.tensors[i];
+    size_t bytes = gf_tensor_same_view(fixed, &inputs[i]) ? 0 : (size_t)gf_tensor_nbytes(fixed);
+    copies[i] = (gf_copy){fixed->data, bytes ? inputs[i].data : fixed->data, bytes};
+  }
+}
+
+/* Appends the call's outputs to results (fresh tensors, or the static ones when asked) and
+ * fills copies with the copies that fill them, one per output (zero bytes for static ones). */
+static gf_status gf_runner_output_slots(gf_runner *runner, const gf_entry *entry,
                                         const gf_call_options *options, gf_pool *results,
-                                        gf_error *err) {
+                                        gf_copy *copies, gf_error *err) {
   const gf_pool *outputs = &entry->static_outputs;
-  gf_status status = gf_runner_reserve_copies(runner, outputs->count, err);
-  size_t copy_count = 0;
+  gf_status status = GF_OK;
   for (size_t i = 0; status == GF_OK && i < outputs->count; ++i) {
+    const gf_tensor *fixed = &outputs->tensors[i];
     gf_tensor out;
     if (options->static_outputs) {
-      status = runner->host.retain(runner->host.context, &outputs->tensors[i], &out, err);
+      status = runner->host.retain(runner->host.context, fixed, &out, err);
+      copies[i] = (gf_copy){fixed->data, fixed->data, 0};
     } else {
-      status = runner->host.empty_like(runner->host.context, &outputs->tensors[i], &out, err);
-      if (status == GF_OK && gf_tensor_nbytes(&out) > 0) {
-        runner->scratch_copies[copy_count++] = (gf_copy){
-            out.data, outputs->tensors[i].data, (size_t)gf_tensor_nbytes(&out)};
-      }
+      status = runner->host.empty_like(runner->host.context, fixed, &out, err);
+      copies[i] = (gf_copy){out.data, fixed->data, (size_t)gf_tensor_nbytes(fixed)};
     }
     if (status == GF_OK) {
       status = gf_pool_add(results, &out, err);
@@ -202,44 +212,87 @@ static gf_status gf_runner_emit_outputs(gf_runner *runner, gf_entry *entry,
       }
     }
   }
-  if (status == GF_OK && copy_count > 0) {
-    status = runner->backend->copy_batch(runner->backend->context, runner->backend_state,
-                                         runner->scratch_copies, copy_count, err);
-  }
   return status;
 }
 
-/* The replay path: copy live inputs that are not already in place, launch, emit outputs. */
+/* Runs the non-empty copies of a list as one batch. */
+static gf_status gf_runner_copy_nonempty(gf_runner *runner, gf_copy *copies, size_t count,
+                                         gf_error *err) {
+  size_t kept = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (copies[i].bytes > 0) {
+      copies[kept++] = copies[i];
+    }
+  }
+  if (kept == 0) {
+    return GF_OK;
+  }
+  return runner->backend->copy_batch(runner->backend->context, runner->backend_state, copies,
+                                     kept, err);
+}
+
+/* The replay path: refresh the static inputs, launch, fill the outputs. When the copies were
+ * folded into the graph at capture this is one launch; otherwise a batched copy on either side
+ * of it. */
 static gf_status gf_runner_replay(gf_runner *runner, gf_entry *entry, const gf_tensor *inputs,
                                   size_t count, const gf_call_options *options, gf_pool *results,
                                   gf_error *err) {
-  gf_status status = gf_runner_reserve_copies(runner, count, err);
+  const size_t output_count = entry->static_outputs.count;
+  const size_t results_before = results->count;
+  gf_status status = gf_runner_reserve_copies(runner, count + output_count, err);
   if (status != GF_OK) {
     return status;
   }
-  size_t copy_count = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const gf_tensor *fixed = &entry->static_inputs.tensors[i];
-    if (gf_tensor_same_view(fixed, &inputs[i]) || gf_tensor_nbytes(fixed) == 0) {
-      continue;
+  gf_copy *input_copies = runner->scratch_copies;
+  gf_copy *output_copies = runner->scratch_copies + count;
+  gf_runner_input_copies(entry, inputs, count, input_copies);
+  status = gf_runner_output_slots(runner, entry, options, results, output_copies, err);
+  const gf_backend *backend = runner->backend;
+  int launched = 0;
+  if (status == GF_OK && entry->folded) {
+    status = backend->launch_folded(backend->context, runner->backend_state, entry->graph,
+                                    input_copies, count, output_copies, output_count, err);
+    launched = status == GF_OK;
+    if (status == GF_ERR_NOT_FOUND) {
+      entry->folded = 0; /* the nodes were not found: plain launches from now on */
+      status = GF_OK;
     }
-    runner->scratch_copies[copy_count++] =
-        (gf_copy){fixed->data, inputs[i].data, (size_t)gf_tensor_nbytes(fixed)};
   }
-  if (copy_count > 0) {
-    status = runner->backend->copy_batch(runner->backend->context, runner->backend_state,
-                                         runner->scratch_copies, copy_count, err);
+  if (status == GF_OK && !launched) {
+    status = gf_runner_copy_nonempty(runner, input_copies, count, err);
+    if (status == GF_OK) {
+      status = backend->launch(backend->context, runner->backend_state, entry->graph, err);
+    }
+    if (status == GF_OK) {
+      status = gf_runner_copy_nonempty(runner, output_copies, output_count, err);
+    }
+  }
+  if (status != GF_OK) {
+    gf_pool_truncate(results, results_before, gf_runner_release_handle, runner);
+    return status;
+  }
+  entry->replays++;
+  runner->replays++;
+  return GF_OK;
+}
+
+/* Records one of the graph's copy nodes (see gf_backend.h) with self-copies of the static
+ * buffers, which replays rewrite. *recorded is 0 when the backend does not fold. */
+static gf_status gf_runner_capture_copy_node(gf_runner *runner, int role, const gf_pool *buffers,
+                                             int *recorded, gf_error *err) {
+  *recorded = 0;
+  const gf_backend *backend = runner->backend;
+  if (backend->capture_copy_node == NULL || backend->launch_folded == NULL) {
+    return GF_OK;
+  }
+  gf_status status = gf_runner_reserve_copies(runner, buffers->count, err);
+  for (size_t i = 0; status == GF_OK && i < buffers->count; ++i) {
+    void *data = buffers->tensors[i].data;
+    runner->scratch_copies[i] = (gf_copy){data, data, (size_t)gf_tensor_nbytes(&buffers->tensors[i])};
   }
   if (status == GF_OK) {
-    status = runner->backend->launch(runner->backend->context, runner->backend_state,
-                                     entry->graph, err);
-  }
-  if (status == GF_OK) {
-    status = gf_runner_emit_outputs(runner, entry, options, results, err);
-  }
-  if (status == GF_OK) {
-    entry->replays++;
-    runner->replays++;
+    status = backend->capture_copy_node(backend->context, runner->backend_state, role,
+                                        runner->scratch_copies, buffers->count, recorded, err);
   }
   return status;
 }
@@ -333,9 +386,20 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
   if (status != GF_OK) {
     return status;
   }
-  status = runner->host.run_forward(runner->host.context, entry->static_inputs.tensors,
-                                    entry->static_inputs.count, &entry->static_outputs, err);
+  int folded_inputs = 0;
+  int folded_outputs = 0;
+  status = gf_runner_capture_copy_node(runner, GF_COPY_INPUTS, &entry->static_inputs,
+                                       &folded_inputs, err);
+  if (status == GF_OK) {
+    status = runner->host.run_forward(runner->host.context, entry->static_inputs.tensors,
+                                      entry->static_inputs.count, &entry->static_outputs, err);
+  }
   runner->pool_bytes += entry->static_outputs.bytes;
+  if (status == GF_OK && folded_inputs) {
+    status = gf_runner_capture_copy_node(runner, GF_COPY_OUTPUTS, &entry->static_outputs,
+                                         &folded_outputs, err);
+  }
+  entry->folded = folded_inputs && folded_outputs;
   gf_error end_err = {0};
   gf_status end = backend->capture_end(backend->context, runner->backend_state,
                                        status == GF_OK, &entry->graph, &end_err);

@@ -24,7 +24,7 @@ typedef struct gf_signature {
 
 typedef uint64_t (*gf_hash_fn)(const unsigned char *bytes, size_t length);
 
-/* The default hash: 64-bit FNV-1a over the canonical bytes. */
+/* The default hash: a word-at-a-time multiplicative hash of the canonical bytes. */
 uint64_t gf_signature_default_hash(const unsigned char *bytes, size_t length);
 
 /* Rebuilds sig in place (reusing its buffer) from the key and the tensors; hash_fn may be NULL

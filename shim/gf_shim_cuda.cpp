@@ -136,7 +136,8 @@ extern "C" gf_status gf_shim_cuda_capture_begin(gf_shim_cuda_runner *runner, gf_
     return status;
   }
   try {
-    runner->capturing = std::make_unique<at::cuda::CUDAGraph>();
+    // keep_graph: the cudaGraph_t outlives instantiation, so the backend can find its copy nodes.
+    runner->capturing = std::make_unique<at::cuda::CUDAGraph>(/*keep_graph=*/true);
     runner->capturing->capture_begin(runner->pool);
     return GF_OK;
   } catch (...) {
@@ -157,6 +158,9 @@ extern "C" gf_status gf_shim_cuda_capture_end(gf_shim_cuda_runner *runner, int o
       // Ends the capture also after a failed forward, so the stream leaves capture mode; a
       // capture the forward invalidated throws here and is dropped.
       captured->capture_end();
+      if (ok) {
+        captured->instantiate();
+      }
     } catch (...) {
       status = status_of_exception(err, "graphed: ending the CUDA graph capture failed");
       captured.reset();
@@ -170,6 +174,22 @@ extern "C" gf_status gf_shim_cuda_capture_end(gf_shim_cuda_runner *runner, int o
     *graph = captured.release();
   }
   return status;
+}
+
+extern "C" void *gf_shim_cuda_graph_raw(void *graph) {
+  try {
+    return static_cast<at::cuda::CUDAGraph *>(graph)->raw_cuda_graph();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+extern "C" void *gf_shim_cuda_graph_exec(void *graph) {
+  try {
+    return static_cast<at::cuda::CUDAGraph *>(graph)->raw_cuda_graph_exec();
+  } catch (...) {
+    return nullptr;
+  }
 }
 
 extern "C" gf_status gf_shim_cuda_graph_replay(void *graph, gf_error *err) {

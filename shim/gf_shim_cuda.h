@@ -41,6 +41,11 @@ gf_status gf_shim_cuda_capture_begin(gf_shim_cuda_runner *runner, gf_error *err)
 gf_status gf_shim_cuda_capture_end(gf_shim_cuda_runner *runner, int ok, void **graph,
                                    gf_error *err);
 
+/* The captured cudaGraph_t (kept for the graph's life, so its nodes can be found) and the
+ * instantiated cudaGraphExec_t of a graph from gf_shim_cuda_capture_end. */
+void *gf_shim_cuda_graph_raw(void *graph);
+void *gf_shim_cuda_graph_exec(void *graph);
+
 /* Replays the graph on the current stream, advancing the random number generators it used. */
 gf_status gf_shim_cuda_graph_replay(void *graph, gf_error *err);
 void gf_shim_cuda_graph_release(void *graph);

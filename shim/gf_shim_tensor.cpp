@@ -2,6 +2,7 @@
 #include "gf_shim_tensor.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace graphed {
 
@@ -14,11 +15,9 @@ gf_tensor describe_tensor(const at::Tensor &t, bool owned) {
   d.device_index = t.device().has_index() ? static_cast<int32_t>(t.device().index()) : -1;
   const int64_t ndim = t.dim();
   d.ndim = static_cast<int32_t>(ndim);
-  const int64_t stored = std::min<int64_t>(ndim, static_cast<int64_t>(GF_MAX_DIMS));
-  for (int64_t i = 0; i < stored; ++i) {
-    d.sizes[i] = t.size(i);
-    d.strides[i] = t.stride(i);
-  }
+  const size_t stored = static_cast<size_t>(std::min<int64_t>(ndim, GF_MAX_DIMS));
+  std::memcpy(d.sizes, t.sizes().data(), stored * sizeof(int64_t));
+  std::memcpy(d.strides, t.strides().data(), stored * sizeof(int64_t));
   d.handle = owned ? new at::Tensor(t) : nullptr;
   return d;
 }

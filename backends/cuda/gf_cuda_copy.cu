@@ -1,25 +1,31 @@
 // The batched copy kernel (see gf_cuda_copy.h). The copy table travels as a kernel parameter
-// (3 KiB for 128 copies, under the 4 KiB every architecture accepts), so a launch needs no host-to-
-// device upload of its own. blockIdx.y picks the copy; the blocks along x stride over its bytes in
-// 16-byte vectors when both ends and the length allow it, else byte by byte.
+// (16 or 128 entries: 384 bytes or 3 KiB, under the 4 KiB every architecture accepts), so a launch
+// needs no host-to-device upload of its own, and a graph node's table is rewritten with
+// cudaGraphExecKernelNodeSetParams. blockIdx.y picks the copy; the blocks along x stride over its
+// bytes in 16-byte vectors when both ends and the length allow it, else byte by byte. A zero-byte
+// entry copies nothing. The role only makes the input node, the output node and plain launches
+// distinct functions, so a captured graph's nodes can be told apart.
 #include "gf_cuda_copy.h"
 
 #include <cuda_runtime.h>
 
+#include <new>
 #include <stdint.h>
 
 namespace {
 
-struct CopyTable {
-  const void *src[GF_CUDA_COPIES_PER_LAUNCH];
-  void *dst[GF_CUDA_COPIES_PER_LAUNCH];
-  unsigned long long bytes[GF_CUDA_COPIES_PER_LAUNCH];
+template <int N> struct CopyTable {
+  const void *src[N];
+  void *dst[N];
+  unsigned long long bytes[N];
 };
 
 constexpr int kThreads = 256;
 constexpr unsigned kMaxBlocksPerCopy = 1024;
+constexpr int kSmallTable = 16;
+constexpr int kPlainLaunch = 2; // the role of copies launched outside a graph
 
-__global__ void gf_copy_kernel(const CopyTable table) {
+template <int N, int Role> __global__ void gf_copy_kernel(const CopyTable<N> table) {
   const unsigned copy = blockIdx.y;
   const unsigned long long bytes = table.bytes[copy];
   const char *src = static_cast<const char *>(table.src[copy]);
@@ -41,6 +47,67 @@ __global__ void gf_copy_kernel(const CopyTable table) {
   }
 }
 
+template <int N> void fill_table(CopyTable<N> &table, const gf_copy *copies, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    table.src[i] = copies[i].src;
+    table.dst[i] = copies[i].dst;
+    table.bytes[i] = copies[i].bytes;
+  }
+}
+
+dim3 grid_for(const gf_copy *copies, size_t count) {
+  unsigned long long largest = 0;
+  for (size_t i = 0; i < count; ++i) {
+    largest = copies[i].bytes > largest ? copies[i].bytes : largest;
+  }
+  const unsigned long long per_block = kThreads * 16ull;
+  unsigned long long blocks = (largest + per_block - 1) / per_block;
+  blocks = blocks == 0 ? 1 : (blocks > kMaxBlocksPerCopy ? kMaxBlocksPerCopy : blocks);
+  return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count));
+}
+
+template <int N, int Role> int launch(const gf_copy *copies, size_t count, cudaStream_t stream) {
+  CopyTable<N> table;
+  fill_table(table, copies, count);
+  gf_copy_kernel<N, Role><<<grid_for(copies, count), kThreads, 0, stream>>>(table);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <int Role> int launch_sized(const gf_copy *copies, size_t count, cudaStream_t stream) {
+  return count <= kSmallTable ? launch<kSmallTable, Role>(copies, count, stream)
+                              : launch<GF_CUDA_COPIES_PER_LAUNCH, Role>(copies, count, stream);
+}
+
+const void *kernel_of(int role, int table_size) {
+  if (role == GF_COPY_INPUTS) {
+    return table_size == kSmallTable
+               ? reinterpret_cast<const void *>(gf_copy_kernel<kSmallTable, GF_COPY_INPUTS>)
+               : reinterpret_cast<const void *>(
+                     gf_copy_kernel<GF_CUDA_COPIES_PER_LAUNCH, GF_COPY_INPUTS>);
+  }
+  return table_size == kSmallTable
+             ? reinterpret_cast<const void *>(gf_copy_kernel<kSmallTable, GF_COPY_OUTPUTS>)
+             : reinterpret_cast<const void *>(
+                   gf_copy_kernel<GF_CUDA_COPIES_PER_LAUNCH, GF_COPY_OUTPUTS>);
+}
+
+template <int N>
+int update(cudaGraphExec_t exec, const gf_cuda_copy_node *node, const void *kernel,
+           const gf_copy *copies, size_t count) {
+  CopyTable<N> table;
+  fill_table(table, copies, count);
+  void *arguments[] = {&table};
+  cudaKernelNodeParams params = {};
+  params.func = const_cast<void *>(kernel);
+  params.gridDim = dim3(node->grid_x, node->grid_y);
+  params.blockDim = dim3(kThreads);
+  params.sharedMemBytes = 0;
+  params.kernelParams = arguments;
+  params.extra = nullptr;
+  return static_cast<int>(
+      cudaGraphExecKernelNodeSetParams(exec, static_cast<cudaGraphNode_t>(node->node), &params));
+}
+
 } // namespace
 
 extern "C" int gf_cuda_copy_batch(const gf_copy *copies, size_t count, void *stream) {
@@ -48,25 +115,68 @@ extern "C" int gf_cuda_copy_batch(const gf_copy *copies, size_t count, void *str
     const size_t chunk = count - first < GF_CUDA_COPIES_PER_LAUNCH
                              ? count - first
                              : static_cast<size_t>(GF_CUDA_COPIES_PER_LAUNCH);
-    CopyTable table;
-    unsigned long long largest = 0;
-    for (size_t i = 0; i < chunk; ++i) {
-      table.src[i] = copies[first + i].src;
-      table.dst[i] = copies[first + i].dst;
-      table.bytes[i] = copies[first + i].bytes;
-      largest = table.bytes[i] > largest ? table.bytes[i] : largest;
-    }
-    const unsigned long long per_block = kThreads * 16ull;
-    unsigned long long blocks = (largest + per_block - 1) / per_block;
-    blocks = blocks == 0 ? 1 : (blocks > kMaxBlocksPerCopy ? kMaxBlocksPerCopy : blocks);
-    dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(chunk));
-    gf_copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(table);
-    cudaError_t error = cudaGetLastError();
-    if (error != cudaSuccess) {
-      return static_cast<int>(error);
+    int error = launch_sized<kPlainLaunch>(copies + first, chunk, static_cast<cudaStream_t>(stream));
+    if (error != 0) {
+      return error;
     }
   }
   return 0;
+}
+
+extern "C" int gf_cuda_copy_record(int role, const gf_copy *copies, size_t count, void *stream) {
+  if (count == 0 || count > GF_CUDA_COPIES_PER_LAUNCH) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  cudaStream_t on = static_cast<cudaStream_t>(stream);
+  return role == GF_COPY_INPUTS ? launch_sized<GF_COPY_INPUTS>(copies, count, on)
+                                : launch_sized<GF_COPY_OUTPUTS>(copies, count, on);
+}
+
+extern "C" int gf_cuda_copy_find_node(void *graph, int role, gf_cuda_copy_node *found) {
+  size_t count = 0;
+  cudaGraph_t raw = static_cast<cudaGraph_t>(graph);
+  cudaError_t error = cudaGraphGetNodes(raw, nullptr, &count);
+  if (error != cudaSuccess) {
+    return -static_cast<int>(error);
+  }
+  cudaGraphNode_t *nodes = new (std::nothrow) cudaGraphNode_t[count ? count : 1];
+  if (nodes == nullptr) {
+    return -static_cast<int>(cudaErrorMemoryAllocation);
+  }
+  error = cudaGraphGetNodes(raw, nodes, &count);
+  int result = error == cudaSuccess ? 0 : -static_cast<int>(error);
+  for (size_t i = 0; result == 0 && i < count; ++i) {
+    cudaGraphNodeType type;
+    if (cudaGraphNodeGetType(nodes[i], &type) != cudaSuccess || type != cudaGraphNodeTypeKernel) {
+      continue;
+    }
+    cudaKernelNodeParams params = {};
+    if (cudaGraphKernelNodeGetParams(nodes[i], &params) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    for (int table_size : {kSmallTable, static_cast<int>(GF_CUDA_COPIES_PER_LAUNCH)}) {
+      if (params.func == kernel_of(role, table_size)) {
+        *found = gf_cuda_copy_node{nodes[i], params.func, table_size, params.gridDim.x,
+                                   params.gridDim.y};
+        result = 1;
+        break;
+      }
+    }
+  }
+  delete[] nodes;
+  return result;
+}
+
+extern "C" int gf_cuda_copy_update(void *exec, const gf_cuda_copy_node *node, const gf_copy *copies,
+                                   size_t count) {
+  if (count != node->grid_y) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  cudaGraphExec_t raw = static_cast<cudaGraphExec_t>(exec);
+  return node->table_size == kSmallTable
+             ? update<kSmallTable>(raw, node, node->kernel, copies, count)
+             : update<GF_CUDA_COPIES_PER_LAUNCH>(raw, node, node->kernel, copies, count);
 }
 
 extern "C" const char *gf_cuda_error_string(int error) {

@@ -48,6 +48,32 @@ static gf_status gf_emulated_copy_batch(void *context, void *state, const gf_cop
   return GF_OK;
 }
 
+/* Folding: the copy nodes are remembered by nothing but the token; a folded launch runs the input
+ * copies, the (empty) graph and the output copies, in that order, as the device would. */
+static gf_status gf_emulated_capture_copy_node(void *context, void *state, int role,
+                                               const gf_copy *copies, size_t count, int *recorded,
+                                               gf_error *err) {
+  (void)role;
+  *recorded = 1;
+  return gf_emulated_copy_batch(context, state, copies, count, err);
+}
+
+static gf_status gf_emulated_launch(void *context, void *state, void *graph, gf_error *err);
+
+static gf_status gf_emulated_launch_folded(void *context, void *state, void *graph,
+                                           const gf_copy *inputs, size_t input_count,
+                                           const gf_copy *outputs, size_t output_count,
+                                           gf_error *err) {
+  gf_status status = gf_emulated_launch(context, state, graph, err);
+  if (status == GF_OK) {
+    status = gf_emulated_copy_batch(context, state, inputs, input_count, err);
+  }
+  if (status == GF_OK) {
+    status = gf_emulated_copy_batch(context, state, outputs, output_count, err);
+  }
+  return status;
+}
+
 static gf_status gf_emulated_launch(void *context, void *state, void *graph, gf_error *err) {
   (void)context;
   (void)state;
@@ -70,6 +96,8 @@ static gf_status gf_emulated_launch(void *context, void *state, void *graph, gf_
       .capture_end = gf_emulated_capture_end,                                                     \
       .copy_batch = gf_emulated_copy_batch,                                                       \
       .launch = gf_emulated_launch,                                                               \
+      .capture_copy_node = gf_emulated_capture_copy_node,                                         \
+      .launch_folded = gf_emulated_launch_folded,                                                 \
   }
 
 /* The failing variant is told apart by a non-NULL context. */
