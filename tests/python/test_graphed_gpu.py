@@ -603,7 +603,8 @@ def test_launches_per_replay_do_not_grow_with_the_number_of_inputs():
     )
     assert graph_launches == replays
     assert launches_4 == launches_64
+    # The same number of kernels runs per replay (the copy tables differ in size, not count).
     assert sum(kernels_4.values()) == sum(kernels_64.values())
-    assert kernels_4 == kernels_64
-    # The live inputs differ on every call, so each replay also launches its input copy.
-    assert sum(launches_4.values()) - graph_launches >= replays
+    # The input and output copies are nodes of the graph: a replay launches nothing else.
+    assert sum(launches_4.values()) == graph_launches
+    assert sum(kernels_4.values()) == 3 * replays  # input copy, the forward's kernel, output copy
