@@ -78,20 +78,22 @@ static gf_walk_result gf_walk_append_size(gf_walk *walk, char tag, Py_ssize_t si
   return gf_walk_append(walk, tag, &value, sizeof value);
 }
 
+/* 's', the length as int64, the UTF-8 bytes: one reservation, one copy. */
 static gf_walk_result gf_walk_append_str(gf_walk *walk, PyObject *text) {
   Py_ssize_t length = 0;
   const char *utf8 = PyUnicode_AsUTF8AndSize(text, &length);
   if (utf8 == NULL) {
     return GF_WALK_ERROR;
   }
-  if (gf_walk_append_size(walk, 's', length) != GF_WALK_OK) {
+  int64_t prefix = (int64_t)length;
+  if (gf_walk_reserve(walk, 1 + sizeof prefix + (size_t)length) != GF_WALK_OK) {
     return GF_WALK_ERROR;
   }
-  if (gf_walk_reserve(walk, (size_t)length) != GF_WALK_OK) {
-    return GF_WALK_ERROR;
-  }
-  memcpy(walk->key + walk->key_length, utf8, (size_t)length);
-  walk->key_length += (size_t)length;
+  unsigned char *at = walk->key + walk->key_length;
+  at[0] = 's';
+  memcpy(at + 1, &prefix, sizeof prefix);
+  memcpy(at + 1 + sizeof prefix, utf8, (size_t)length);
+  walk->key_length += 1 + sizeof prefix + (size_t)length;
   return GF_WALK_OK;
 }
 

@@ -56,7 +56,8 @@ extern "C" gf_status gf_shim_python_call(int64_t runner_id, const void *key, siz
     std::vector<at::Tensor> dense;
     dense.reserve(input_count); // never reallocates below: handles point into it
     for (size_t i = 0; i < input_count; ++i) {
-      if (!gf_tensor_is_contiguous(&inputs[i])) {
+      // torch keeps contiguity as a flag: cheaper than recomputing it from the strides.
+      if (!graphed::tensor_of_handle(inputs[i].handle).is_contiguous()) {
         dense.push_back(graphed::tensor_of_handle(inputs[i].handle).contiguous());
         inputs[i] = graphed::describe_tensor(dense.back(), false);
         inputs[i].handle = &dense.back();

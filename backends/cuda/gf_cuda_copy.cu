@@ -1,5 +1,5 @@
 // The batched copy kernel (see gf_cuda_copy.h). The copy table travels as a kernel parameter
-// (16 or 128 entries: 384 bytes or 3 KiB, under the 4 KiB every architecture accepts), so a launch
+// (16 to 128 entries: 384 bytes to 3 KiB, under the 4 KiB every architecture accepts), so a launch
 // needs no host-to-device upload of its own, and a graph node's table is rewritten with
 // cudaGraphExecKernelNodeSetParams. blockIdx.y picks the copy; the blocks along x stride over its
 // bytes in 16-byte vectors when both ends and the length allow it, else byte by byte. A zero-byte
@@ -73,22 +73,48 @@ template <int N, int Role> int launch(const gf_copy *copies, size_t count, cudaS
   return static_cast<int>(cudaGetLastError());
 }
 
+// Tables of 16, 32, 64 or 128 entries: the smallest that fits, since the table is copied into
+// every launch and every node rewrite.
+constexpr int kTableSizes[] = {kSmallTable, 32, 64, GF_CUDA_COPIES_PER_LAUNCH};
+
+int table_size_for(size_t count) {
+  for (int size : kTableSizes) {
+    if (count <= static_cast<size_t>(size)) {
+      return size;
+    }
+  }
+  return GF_CUDA_COPIES_PER_LAUNCH;
+}
+
 template <int Role> int launch_sized(const gf_copy *copies, size_t count, cudaStream_t stream) {
-  return count <= kSmallTable ? launch<kSmallTable, Role>(copies, count, stream)
-                              : launch<GF_CUDA_COPIES_PER_LAUNCH, Role>(copies, count, stream);
+  switch (table_size_for(count)) {
+  case kSmallTable:
+    return launch<kSmallTable, Role>(copies, count, stream);
+  case 32:
+    return launch<32, Role>(copies, count, stream);
+  case 64:
+    return launch<64, Role>(copies, count, stream);
+  default:
+    return launch<GF_CUDA_COPIES_PER_LAUNCH, Role>(copies, count, stream);
+  }
+}
+
+template <int Role> const void *kernel_for_size(int table_size) {
+  switch (table_size) {
+  case kSmallTable:
+    return reinterpret_cast<const void *>(gf_copy_kernel<kSmallTable, Role>);
+  case 32:
+    return reinterpret_cast<const void *>(gf_copy_kernel<32, Role>);
+  case 64:
+    return reinterpret_cast<const void *>(gf_copy_kernel<64, Role>);
+  default:
+    return reinterpret_cast<const void *>(gf_copy_kernel<GF_CUDA_COPIES_PER_LAUNCH, Role>);
+  }
 }
 
 const void *kernel_of(int role, int table_size) {
-  if (role == GF_COPY_INPUTS) {
-    return table_size == kSmallTable
-               ? reinterpret_cast<const void *>(gf_copy_kernel<kSmallTable, GF_COPY_INPUTS>)
-               : reinterpret_cast<const void *>(
-                     gf_copy_kernel<GF_CUDA_COPIES_PER_LAUNCH, GF_COPY_INPUTS>);
-  }
-  return table_size == kSmallTable
-             ? reinterpret_cast<const void *>(gf_copy_kernel<kSmallTable, GF_COPY_OUTPUTS>)
-             : reinterpret_cast<const void *>(
-                   gf_copy_kernel<GF_CUDA_COPIES_PER_LAUNCH, GF_COPY_OUTPUTS>);
+  return role == GF_COPY_INPUTS ? kernel_for_size<GF_COPY_INPUTS>(table_size)
+                                : kernel_for_size<GF_COPY_OUTPUTS>(table_size);
 }
 
 template <int N>
@@ -155,7 +181,7 @@ extern "C" int gf_cuda_copy_find_node(void *graph, int role, gf_cuda_copy_node *
       cudaGetLastError();
       continue;
     }
-    for (int table_size : {kSmallTable, static_cast<int>(GF_CUDA_COPIES_PER_LAUNCH)}) {
+    for (int table_size : kTableSizes) {
       if (params.func == kernel_of(role, table_size)) {
         *found = gf_cuda_copy_node{nodes[i], params.func, table_size, params.gridDim.x,
                                    params.gridDim.y};
@@ -174,9 +200,16 @@ extern "C" int gf_cuda_copy_update(void *exec, const gf_cuda_copy_node *node, co
     return static_cast<int>(cudaErrorInvalidValue);
   }
   cudaGraphExec_t raw = static_cast<cudaGraphExec_t>(exec);
-  return node->table_size == kSmallTable
-             ? update<kSmallTable>(raw, node, node->kernel, copies, count)
-             : update<GF_CUDA_COPIES_PER_LAUNCH>(raw, node, node->kernel, copies, count);
+  switch (node->table_size) {
+  case kSmallTable:
+    return update<kSmallTable>(raw, node, node->kernel, copies, count);
+  case 32:
+    return update<32>(raw, node, node->kernel, copies, count);
+  case 64:
+    return update<64>(raw, node, node->kernel, copies, count);
+  default:
+    return update<GF_CUDA_COPIES_PER_LAUNCH>(raw, node, node->kernel, copies, count);
+  }
 }
 
 extern "C" const char *gf_cuda_error_string(int error) {

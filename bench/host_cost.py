@@ -1,0 +1,235 @@
+"""The host-cost workload: what each way of calling a captured forward costs the CPU, as a function
+of the number K of input tensors, with the device never the bottleneck.
+
+The forward launches one tiny kernel whatever K is (`xs[0] + 1` on an 8-element tensor; the other
+K-1 tensors are inputs too, so wrappers must key and copy them), so any growth with K is the
+caller's own work. Each method is one zero-argument callable (a functools.partial or a bound
+method, so no Python frame is added around the call) timed by timing.host_cost_interleaved and
+timing.throughput_us. torch.compile is measured in its own process (compiled.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import graphed
+import torch
+from baselines import capture_bare, passthrough_op
+from seed_wrapper import SeedGraphedForward
+from timing import HostClock, host_cost_interleaved, throughput_us
+from torch import nn
+
+__all__ = ["METHODS", "FirstPlusOne", "run_host_cost"]
+
+# Display order and labels of every host-cost method (compile comes from compiled.py).
+METHODS = {
+    "bare": "bare replay g.replay() (floor)",
+    "graphed": "GraphedForward (C fast path)",
+    "graphed_static": "GraphedForward static_outputs=True",
+    "graphed_keep_alive": "GraphedForward keep_alive=(t,)",
+    "graphed_op": "torch.ops.graphed.forward (pre-flattened)",
+    "graphed_python": "GraphedForward, Python path (flatten+op)",
+    "seed": "seed Python wrapper",
+    "compile": "torch.compile reduce-overhead",
+    "passthrough": "empty torch.ops call, same Tensor[]",
+    "eager": "eager (one kernel launch)",
+}
+# A tuple variant is no leaf type GraphedForward's C entry point takes, so calls that pass it go
+# through the Python path: graphed.flatten_kwargs, then torch.ops.graphed.forward. (keep_alive
+# no longer does that: it goes through the C entry point too.)
+PYTHON_PATH_VARIANT = ("python-path",)
+
+
+class FirstPlusOne(nn.Module):
+    """One tiny kernel whatever the number of inputs: xs[1:] are only carried along."""
+
+    def forward(self, *, xs: list[torch.Tensor]) -> torch.Tensor:
+        return xs[0] + 1
+
+
+def _first(result: Any) -> torch.Tensor:
+    return result[0] if isinstance(result, (list, tuple)) else result
+
+
+def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
+    """The callables for one K, plus what is needed to check them and read their stats."""
+    module = FirstPlusOne()
+    xs = [torch.randn(8, device=device) for _ in range(k)]
+    expected = xs[0] + 1
+    bare = capture_bare(module, {"xs": xs})
+    fast = graphed.GraphedForward(module, device=device, name=f"host-k{k}")
+    via_op = graphed.GraphedForward(module, device=device, name=f"host-k{k}-op")
+    held = torch.zeros(1, device=device)
+    notes, problems = {}, {}
+    # Which path keep_alive takes: the C entry point keys it like a plain call (same entry), the
+    # Python path under a key of its own (a second capture).
+    for _ in range(2):
+        fast(xs=xs)
+    captures = fast.stats()["captures"]
+    try:
+        for _ in range(2):
+            fast(xs=xs, keep_alive=(held,))
+        same_entry = fast.stats()["captures"] == captures
+        notes["graphed_keep_alive"] = "C fast path" if same_entry else "Python path"
+    except Exception as error:  # reported; the other methods still run
+        problems["graphed_keep_alive"] = f"failed: {type(error).__name__}: {_first_line(error)}"
+    # The op path: flatten once here, outside the timed region. The first calls go through
+    # GraphedForward's Python path, which registers the call with the module's forward operator
+    # and captures the graph under exactly this key; entry_replays confirms the entry exists.
+    tensors, key, _ = graphed.flatten_kwargs({"xs": xs}, PYTHON_PATH_VARIANT)
+    why = "a tuple variant no longer forces the Python path: no entry under its key"
+    try:
+        for _ in range(2):
+            via_op(xs=xs, variant=PYTHON_PATH_VARIANT)
+        python_path = torch.ops.graphed.entry_replays(via_op.runner_id, key, tensors) >= 0
+    except Exception as error:  # reported; the other methods still run
+        python_path = False
+        why = f"failed: {type(error).__name__}: {_first_line(error)}"
+    seed = SeedGraphedForward(module, device=device, max_entries=16, warmup_iters=2)
+    passthrough = passthrough_op()
+    methods: dict[str, Callable[[], Any]] = {
+        "bare": bare.replay,
+        "graphed": functools.partial(fast, xs=xs),
+        "graphed_static": functools.partial(fast, xs=xs, static_outputs=True),
+        "graphed_keep_alive": functools.partial(fast, xs=xs, keep_alive=(held,)),
+        "graphed_op": functools.partial(
+            torch.ops.graphed.forward, via_op.runner_id, key, tensors, [], False, False
+        ),
+        "graphed_python": functools.partial(via_op, xs=xs, variant=PYTHON_PATH_VARIANT),
+        "seed": functools.partial(seed, xs=xs),
+        "passthrough": functools.partial(passthrough, tensors),
+        "eager": functools.partial(module, xs=xs),
+    }
+    if python_path:
+        notes["graphed_python"] = "Python path"
+    else:
+        for name in ("graphed_op", "graphed_python"):
+            problems[name] = f"not measured: {why}"
+    for name in problems:
+        del methods[name]
+    context = {
+        "expected": expected,
+        "bare": bare,
+        "runners": {"graphed": fast, "op": via_op},
+        "notes": notes,
+        "problems": problems,
+    }
+    return methods, context, {"seed": seed}
+
+
+def _build_cpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
+    module = FirstPlusOne()
+    xs = [torch.randn(8, device=device) for _ in range(k)]
+    fast = graphed.GraphedForward(module, device=device, name=f"host-k{k}")
+    tensors, _, _ = graphed.flatten_kwargs({"xs": xs}, None)
+    methods = {
+        "graphed": functools.partial(fast, xs=xs),
+        "passthrough": functools.partial(passthrough_op(), tensors),
+        "eager": functools.partial(module, xs=xs),
+    }
+    context = {"expected": xs[0] + 1, "runners": {"graphed": fast}, "notes": {}, "problems": {}}
+    return methods, context, {}
+
+
+def _check(methods: dict, context: dict) -> tuple[dict, dict]:
+    """Calls each method a few times (its warm-up and capture) and checks its result; returns the
+    methods that work and, for each method, 'ok' or what went wrong."""
+    expected = context["expected"]
+    working, verdicts = {}, dict(context["problems"])
+    for name, fn in methods.items():
+        try:
+            for _ in range(3):
+                result = fn()
+            if name == "bare":
+                result = context["bare"].static_output
+            if name == "passthrough":
+                verdicts[name] = "ok"
+            else:
+                got = _first(result)
+                same = torch.equal(got.cpu(), expected.cpu())
+                verdicts[name] = "ok" if same else "WRONG RESULT"
+            working[name] = fn
+        except Exception as error:  # reported; the other methods still run
+            verdicts[name] = f"failed: {type(error).__name__}: {_first_line(error)}"
+    return working, verdicts
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def run_host_cost(
+    device: torch.device,
+    ks: list[int],
+    clock: HostClock,
+    *,
+    bursts: int,
+    burst_len: int,
+    warmup_bursts: int,
+    throughput_calls: int,
+    graphs: bool,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Host microseconds per call and throughput for every method and K (see METHODS); with
+    graphs=False (no CUDA) only eager, the empty op and GraphedForward's eager fallback."""
+    sync = torch.cuda.synchronize if graphs else (lambda: None)
+    results: dict[str, Any] = {
+        "K": ks,
+        "bursts": bursts,
+        "burst_len": burst_len,
+        "warmup_bursts": warmup_bursts,
+        "throughput_calls": throughput_calls,
+        "methods": {},
+        "checks": {},
+        "paths": {},
+        "stats": {},
+    }
+    for k in ks:
+        build = _build_gpu_methods if graphs else _build_cpu_methods
+        with torch.no_grad():
+            methods, context, keep = build(k, device)
+            working, verdicts = _check(methods, context)
+            sync()
+            timed = host_cost_interleaved(
+                working,
+                clock,
+                sync,
+                bursts=bursts,
+                burst_len=burst_len,
+                warmup_bursts=warmup_bursts,
+            )
+            rates = {
+                name: throughput_us(fn, sync, calls=throughput_calls)
+                for name, fn in working.items()
+            }
+        results["checks"][str(k)] = verdicts
+        results["paths"][str(k)] = context["notes"]
+        stats = {name: runner.stats() for name, runner in context["runners"].items()}
+        if "seed" in keep:
+            stats["seed"] = keep["seed"].stats()
+        results["stats"][str(k)] = stats
+        for name in [*methods, *context["problems"]]:
+            entry = results["methods"].setdefault(
+                name, {"label": METHODS[name], "burst": {}, "throughput_us": {}, "error": {}}
+            )
+            if name in timed:
+                entry["burst"][str(k)] = timed[name]
+                entry["throughput_us"][str(k)] = rates[name]
+            else:
+                entry["error"][str(k)] = verdicts[name]
+        line = "  ".join(f"{name}={timed[name]['median']:.2f}" for name in methods if name in timed)
+        log(f"  host cost K={k} (us/call, median of {bursts} bursts of {burst_len}): {line}")
+        bad = {name: verdict for name, verdict in verdicts.items() if verdict != "ok"}
+        if bad:
+            log(f"  K={k} problems: {bad}")
+        del methods, working, context, keep
+    keep_alive_path = results["paths"].get(str(ks[0]), {}).get("graphed_keep_alive")
+    if keep_alive_path and "graphed_keep_alive" in results["methods"]:
+        results["methods"]["graphed_keep_alive"]["label"] += f" [{keep_alive_path}]"
+    results["methods"] = {
+        name: results["methods"][name] for name in METHODS if name in results["methods"]
+    }
+    return results

@@ -1,0 +1,135 @@
+"""The benchmark issue's targets, checked against the numbers of one run (every ratio uses figures
+measured in that same run): each target gets PASS, MISS, or N/A with the reason it could not be
+checked (not measured here, for example on a machine without CUDA).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["evaluate"]
+
+# (K, the most GraphedForward may cost, as a multiple of a bare replay)
+HOST_RATIO_LIMITS = ((4, 3.0), (32, 4.0), (64, 5.0))
+OP_BARE_MULTIPLE = 3.0
+DIT_LIMITS = {"big": 0.01, "small": 0.10}
+_NOT_MEASURED = "not measured in this run (see Skipped or failed)"
+
+
+def _target(ident: str, text: str, status: str, measured: str) -> dict:
+    return {"id": ident, "target": text, "status": status, "measured": measured}
+
+
+def _host_us(results: dict, method: str, k: int) -> float | None:
+    entry = results.get("host_cost", {}).get("methods", {}).get(method, {})
+    burst = entry.get("burst", {}).get(str(k))
+    return None if burst is None else burst["median"]
+
+
+def _host_targets(results: dict) -> list[dict]:
+    targets = []
+    for k, limit in HOST_RATIO_LIMITS:
+        text = f"host cost GraphedForward <= {limit:g}x bare replay at K={k}"
+        graphed, bare = _host_us(results, "graphed", k), _host_us(results, "bare", k)
+        if graphed is None or bare is None or bare <= 0:
+            targets.append(_target(f"host_k{k}", text, "N/A", _NOT_MEASURED))
+            continue
+        ratio = graphed / bare
+        status = "PASS" if ratio <= limit else "MISS"
+        measured = f"{graphed:.2f} us / {bare:.2f} us = {ratio:.2f}x"
+        targets.append(_target(f"host_k{k}", text, status, measured))
+    text = f"host cost torch.ops.graphed.forward <= empty op + {OP_BARE_MULTIPLE:g}x bare, every K"
+    parts, verdicts = [], []
+    for k in results.get("host_cost", {}).get("K", []):
+        op = _host_us(results, "graphed_op", k)
+        empty = _host_us(results, "passthrough", k)
+        bare = _host_us(results, "bare", k)
+        if op is None or empty is None or bare is None:
+            continue
+        bound = empty + OP_BARE_MULTIPLE * bare
+        verdicts.append(op <= bound)
+        parts.append(f"K={k}: {op:.2f} vs {bound:.2f}")
+    if verdicts:
+        status = "PASS" if all(verdicts) else "MISS"
+        targets.append(_target("op_path", text, status, "; ".join(parts) + " us"))
+    else:
+        targets.append(_target("op_path", text, "N/A", _NOT_MEASURED))
+    return targets
+
+
+def _launch_target(results: dict) -> dict:
+    text = "launches per replay independent of K (GraphedForward, K=4 vs K=64)"
+    counts = results.get("launches", {}).get("graphed", {})
+    small, large = counts.get("4"), counts.get("64")
+    if not small or not large:
+        return _target("launches", text, "N/A", _NOT_MEASURED)
+    if not small["graph_launches_per_call"] or not large["graph_launches_per_call"]:
+        return _target("launches", text, "N/A", "the profiler recorded no graph launch")
+    same = (
+        small["launches"] == large["launches"]
+        and small["device_activities_per_call"] == large["device_activities_per_call"]
+    )
+    measured = (
+        f"K=4: {small['launches_per_call']:g} launches, "
+        f"{small['device_activities_per_call']:g} device activities/call; "
+        f"K=64: {large['launches_per_call']:g}, {large['device_activities_per_call']:g}"
+    )
+    return _target("launches", text, "PASS" if same else "MISS", measured)
+
+
+def _dit_targets(results: dict) -> list[dict]:
+    targets = []
+    for size, limit in DIT_LIMITS.items():
+        text = f"DiT {size}: GraphedForward per forward within {limit:.0%} of bare replay"
+        methods = results.get("dit", {}).get(size, {}).get("methods", {})
+        if "graphed" not in methods or "bare" not in methods:
+            targets.append(_target(f"dit_{size}", text, "N/A", _NOT_MEASURED))
+            continue
+        graphed, bare = methods["graphed"]["forward_ms"], methods["bare"]["forward_ms"]
+        ratio = graphed / bare
+        status = "PASS" if ratio <= 1 + limit else "MISS"
+        measured = f"{graphed:.3f} ms / {bare:.3f} ms = {ratio:.4f}"
+        targets.append(_target(f"dit_{size}", text, status, measured))
+    return targets
+
+
+def _capture_targets(results: dict) -> list[dict]:
+    text = "first-call capture latency GraphedForward <= seed wrapper"
+    parts, verdicts = [], []
+    for size, entry in results.get("first_call", {}).items():
+        methods = entry.get("methods", {})
+        if "graphed" in methods and "seed" in methods:
+            graphed = methods["graphed"]["first_call_ms"]
+            seed = methods["seed"]["first_call_ms"]
+            verdicts.append(graphed <= seed)
+            parts.append(f"{size}: {graphed:.1f} vs {seed:.1f} ms")
+    if verdicts:
+        capture = _target("capture", text, "PASS" if all(verdicts) else "MISS", "; ".join(parts))
+    else:
+        capture = _target("capture", text, "N/A", _NOT_MEASURED)
+    text = "device memory, 16 resident graphs: GraphedForward <= seed wrapper"
+    methods = results.get("memory", {}).get("methods", {})
+    if "graphed" in methods and "seed" in methods:
+        graphed, seed = methods["graphed"], methods["seed"]
+        keys = ("allocated_bytes", "peak_allocated_bytes")
+        ok = all(graphed[key] <= seed[key] for key in keys)
+        measured = (
+            f"allocated {graphed['allocated_bytes'] / 2**20:.1f} vs "
+            f"{seed['allocated_bytes'] / 2**20:.1f} MiB; peak "
+            f"{graphed['peak_allocated_bytes'] / 2**20:.1f} vs "
+            f"{seed['peak_allocated_bytes'] / 2**20:.1f} MiB"
+        )
+        memory = _target("memory", text, "PASS" if ok else "MISS", measured)
+    else:
+        memory = _target("memory", text, "N/A", _NOT_MEASURED)
+    return [capture, memory]
+
+
+def evaluate(results: dict[str, Any]) -> list[dict]:
+    """Every target of the issue, in its order, with its status and the figures behind it."""
+    return [
+        *_host_targets(results),
+        _launch_target(results),
+        *_dit_targets(results),
+        *_capture_targets(results),
+    ]
