@@ -301,44 +301,45 @@ static void gf_runner_discard_outputs(gf_runner *runner, gf_pool *outputs) {
   gf_pool_free(outputs, gf_runner_release_handle, runner);
 }
 
-/* Runs forwards that must not be recorded: the sync probe (first capture only) and warm-ups on
- * the side stream. */
+/* Runs the forwards that must not be recorded, on the side stream: the warm-ups. On the runner's
+ * first capture the first of them is the sync probe, run under sync-debug "error" so that a
+ * synchronizing operator fails there, at the same point on every rank; it counts as a warm-up,
+ * and runs even when warmup_iters is 0. Later captures run min(warmup_iters, 1) warm-ups. */
 static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, gf_error *err) {
   const gf_backend *backend = runner->backend;
-  gf_pool scratch = {0};
-  gf_status status = GF_OK;
-  int first = !runner->sync_probe_done;
-  if (first) {
-    status = backend->sync_probe_begin(backend->context, runner->backend_state, err);
-    if (status == GF_OK) {
-      status = runner->host.run_forward(runner->host.context, entry->static_inputs.tensors,
-                                        entry->static_inputs.count, &scratch, err);
-      gf_error end_err = {0};
-      gf_status end = backend->sync_probe_end(backend->context, runner->backend_state, &end_err);
-      if (status == GF_OK && end != GF_OK) {
-        status = gf_error_set(err, end, "%s", end_err.message);
-      }
-    }
-    gf_runner_discard_outputs(runner, &scratch);
-    if (status != GF_OK) {
-      return status;
-    }
-    runner->sync_probe_done = 1;
-  }
+  const int probe = !runner->sync_probe_done;
   int iterations = runner->config.warmup_iters;
-  if (!first && iterations > 1) {
+  if (probe && iterations < 1) {
+    iterations = 1;
+  } else if (!probe && iterations > 1) {
     iterations = 1;
   }
   if (iterations == 0) {
     return GF_OK;
   }
-  status = backend->warmup_begin(backend->context, runner->backend_state, err);
+  gf_status status = backend->warmup_begin(backend->context, runner->backend_state, err);
   if (status != GF_OK) {
     return status;
   }
+  gf_pool scratch = {0};
   for (int i = 0; i < iterations && status == GF_OK; ++i) {
-    status = runner->host.run_forward(runner->host.context, entry->static_inputs.tensors,
-                                      entry->static_inputs.count, &scratch, err);
+    int probing = probe && i == 0;
+    if (probing) {
+      status = backend->sync_probe_begin(backend->context, runner->backend_state, err);
+      probing = status == GF_OK; /* end only a probe that began */
+    }
+    if (status == GF_OK) {
+      status = runner->host.run_forward(runner->host.context, entry->static_inputs.tensors,
+                                        entry->static_inputs.count, &scratch, err);
+    }
+    if (probing) {
+      gf_error end_err = {0};
+      gf_status end = backend->sync_probe_end(backend->context, runner->backend_state, &end_err);
+      if (status == GF_OK && end != GF_OK) {
+        status = gf_error_set(err, end, "%s", end_err.message);
+      }
+      runner->sync_probe_done = status == GF_OK;
+    }
     gf_runner_discard_outputs(runner, &scratch);
   }
   gf_error end_err = {0};

@@ -155,8 +155,9 @@ static int gf_fake_busy(const gf_fake_backend *fake) {
 
 static gf_status gf_fake_probe_begin(void *context, void *state, gf_error *err) {
   gf_fake_backend *fake = context;
-  if (gf_fake_busy(fake)) {
-    gf_fake_violation(fake, "probe_begin inside another begin/end pair");
+  /* The probe is the first warm-up: inside the warm-up pair, outside any other. */
+  if (fake->capturing || fake->probing || !fake->warming_up) {
+    gf_fake_violation(fake, "probe_begin outside the warm-up pair or inside another pair");
   }
   gf_status status = gf_fake_enter(fake, GF_FAKE_HOOK_PROBE_BEGIN, state, err);
   fake->probing = status == GF_OK;

@@ -115,10 +115,10 @@ TEST_F(ForwardOpTest, EmulatedBackendCapturesOnceAndReplaysPerKey) {
   at::Tensor b = at::randn({4, 2});
   std::vector<at::Tensor> first = forward(runner, "k", {a, b});
   EXPECT_TRUE(at::allclose(first[0], a * 2 + b));
-  // probe + one warm-up + capture: three forwards, then none on replay.
-  EXPECT_EQ(forward_calls.load() - before, 3);
+  // One warm-up (which is also the sync probe) + the capture: two forwards, none on replay.
+  EXPECT_EQ(forward_calls.load() - before, 2);
   forward(runner, "k", {at::randn({4, 2}), at::randn({4, 2})});
-  EXPECT_EQ(forward_calls.load() - before, 3);
+  EXPECT_EQ(forward_calls.load() - before, 2);
   forward(runner, "other key", {a, b});
   forward(runner, "k", {at::randn({5, 2}), at::randn({5, 2})});
   auto [counters, backend, reason] = stats(runner);
