@@ -46,27 +46,31 @@ std::atomic<const gf_backend *> backend_for_new_runners{nullptr};
   TORCH_CHECK(false, message);
 }
 
-// Borrowed descriptors of the tensors, made contiguous where they are not (the replay path copies
-// raw bytes). `dense` keeps the contiguous copies alive for the call.
+// Borrowed descriptors of the tensors: each handle points at the caller's tensor, which outlives
+// the call, except for non-contiguous ones (the replay path copies raw bytes), whose contiguous
+// copies `dense` keeps alive for the call. No reference is taken for contiguous tensors.
 std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at::Tensor> &dense) {
   dense.clear();
-  dense.reserve(tensors.size());
+  dense.reserve(tensors.size()); // never reallocates below: handles point into it
   std::vector<gf_tensor> described(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i].defined()) {
+    const at::Tensor &tensor = tensors[i];
+    if (!tensor.defined()) {
       TORCH_CHECK_VALUE(false, format_message("graphed: input tensor %zu is undefined", i));
     }
-    if (tensors[i].dim() > GF_MAX_DIMS) {
+    if (tensor.dim() > GF_MAX_DIMS) {
       TORCH_CHECK_VALUE(false, format_message("graphed: input tensor %zu has %lld dimensions; at "
                                               "most %d are supported",
-                                              i, static_cast<long long>(tensors[i].dim()),
+                                              i, static_cast<long long>(tensor.dim()),
                                               static_cast<int>(GF_MAX_DIMS)));
     }
-    dense.push_back(tensors[i].is_contiguous() ? tensors[i] : tensors[i].contiguous());
-  }
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    described[i] = describe_tensor(dense[i], false);
-    described[i].handle = &dense[i];
+    const at::Tensor *view = &tensor;
+    if (!tensor.is_contiguous()) {
+      dense.push_back(tensor.contiguous());
+      view = &dense.back();
+    }
+    described[i] = describe_tensor(*view, false);
+    described[i].handle = const_cast<at::Tensor *>(view);
   }
   return described;
 }
