@@ -26,8 +26,8 @@ static gf_status gf_none_capture_end(void *context, void *state, int ok, void **
   return gf_none_unsupported(context, state, err);
 }
 
-static gf_status gf_none_copy_batch(void *context, void *state, const gf_copy *copies,
-                                    size_t count, gf_error *err) {
+static gf_status gf_none_copy_batch(void *context, void *state, const gf_copy *copies, size_t count,
+                                    gf_error *err) {
   (void)copies;
   (void)count;
   return gf_none_unsupported(context, state, err);

@@ -23,8 +23,8 @@ typedef struct gf_host {
   /* A new owning handle to the same tensor. */
   gf_status (*retain)(void *context, const gf_tensor *tensor, gf_tensor *out, gf_error *err);
   /* Runs the forward once on inputs, appending its outputs (owned handles) to outputs. */
-  gf_status (*run_forward)(void *context, const gf_tensor *inputs, size_t count,
-                           gf_pool *outputs, gf_error *err);
+  gf_status (*run_forward)(void *context, const gf_tensor *inputs, size_t count, gf_pool *outputs,
+                           gf_error *err);
   /* The MIN of ok over the process group (ok itself without a group); negative on failure. */
   int (*agree)(void *context, int ok);
   void (*release)(void *context, void *handle);

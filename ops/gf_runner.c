@@ -227,8 +227,8 @@ static gf_status gf_runner_copy_nonempty(gf_runner *runner, gf_copy *copies, siz
   if (kept == 0) {
     return GF_OK;
   }
-  return runner->backend->copy_batch(runner->backend->context, runner->backend_state, copies,
-                                     kept, err);
+  return runner->backend->copy_batch(runner->backend->context, runner->backend_state, copies, kept,
+                                     err);
 }
 
 /* The replay path: refresh the static inputs, launch, fill the outputs. When the copies were
@@ -288,7 +288,8 @@ static gf_status gf_runner_capture_copy_node(gf_runner *runner, int role, const 
   gf_status status = gf_runner_reserve_copies(runner, buffers->count, err);
   for (size_t i = 0; status == GF_OK && i < buffers->count; ++i) {
     void *data = buffers->tensors[i].data;
-    runner->scratch_copies[i] = (gf_copy){data, data, (size_t)gf_tensor_nbytes(&buffers->tensors[i])};
+    runner->scratch_copies[i] =
+        (gf_copy){data, data, (size_t)gf_tensor_nbytes(&buffers->tensors[i])};
   }
   if (status == GF_OK) {
     status = backend->capture_copy_node(backend->context, runner->backend_state, role,
@@ -402,8 +403,8 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
   }
   entry->folded = folded_inputs && folded_outputs;
   gf_error end_err = {0};
-  gf_status end = backend->capture_end(backend->context, runner->backend_state,
-                                       status == GF_OK, &entry->graph, &end_err);
+  gf_status end = backend->capture_end(backend->context, runner->backend_state, status == GF_OK,
+                                       &entry->graph, &end_err);
   if (status == GF_OK && end != GF_OK) {
     status = gf_error_set(err, end, "%s", end_err.message);
   }
@@ -471,8 +472,8 @@ static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor
 
 gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
                          const gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
-                         size_t keep_alive_count, const gf_call_options *options,
-                         gf_pool *results, gf_error *err) {
+                         size_t keep_alive_count, const gf_call_options *options, gf_pool *results,
+                         gf_error *err) {
   static const gf_call_options defaults = {0, 0};
   if (options == NULL) {
     options = &defaults;
@@ -487,9 +488,8 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   }
   /* The signature first: it rejects an ndim outside [0, GF_MAX_DIMS] before the contiguity
    * check reads sizes[ndim - 1]. */
-  gf_status status =
-      gf_signature_build(&runner->scratch_signature, key, key_length, inputs, input_count,
-                         runner->cache.hash_fn, err);
+  gf_status status = gf_signature_build(&runner->scratch_signature, key, key_length, inputs,
+                                        input_count, runner->cache.hash_fn, err);
   if (status != GF_OK) {
     return status;
   }
@@ -503,8 +503,8 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   }
   gf_entry *entry = gf_cache_lookup(&runner->cache, &runner->scratch_signature);
   if (entry == NULL) {
-    status = gf_runner_capture_and_replay(runner, inputs, input_count, keep_alive,
-                                          keep_alive_count, options, results, err);
+    status = gf_runner_capture_and_replay(runner, inputs, input_count, keep_alive, keep_alive_count,
+                                          options, results, err);
   } else {
     status = gf_runner_replay(runner, entry, inputs, input_count, options, results, err);
   }

@@ -22,8 +22,8 @@ typedef struct gf_runner_config {
   int device_index; /* -1: the current device */
   size_t max_entries;
   int warmup_iters;
-  int enabled;          /* 0: every call runs eager, and stats say so */
-  gf_hash_fn hash_fn;   /* NULL: the default hash; tests force collisions with it */
+  int enabled;        /* 0: every call runs eager, and stats say so */
+  gf_hash_fn hash_fn; /* NULL: the default hash; tests force collisions with it */
 } gf_runner_config;
 
 typedef struct gf_runner_stats {
@@ -56,8 +56,8 @@ void gf_runner_destroy(gf_runner *runner);
  * capture failures disable the runner and the call still returns the eager result. */
 gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
                          const gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
-                         size_t keep_alive_count, const gf_call_options *options,
-                         gf_pool *results, gf_error *err);
+                         size_t keep_alive_count, const gf_call_options *options, gf_pool *results,
+                         gf_error *err);
 
 /* Disables the runner for the rest of its life and drops every graph. The first reason sticks. */
 void gf_runner_disable(gf_runner *runner, const char *reason);

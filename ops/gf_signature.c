@@ -92,8 +92,7 @@ gf_status gf_signature_copy(gf_signature *dst, const gf_signature *src, gf_error
 }
 
 int gf_signature_equal(const gf_signature *a, const gf_signature *b) {
-  return a->hash == b->hash && a->length == b->length &&
-         memcmp(a->bytes, b->bytes, a->length) == 0;
+  return a->hash == b->hash && a->length == b->length && memcmp(a->bytes, b->bytes, a->length) == 0;
 }
 
 void gf_signature_free(gf_signature *sig) {

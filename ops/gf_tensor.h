@@ -34,7 +34,8 @@ int64_t gf_tensor_nbytes(const gf_tensor *t);
 /* 1 when the strides are the row-major contiguous ones (size-1 dimensions ignored). */
 int gf_tensor_is_contiguous(const gf_tensor *t);
 
-/* 1 when a and b have the same address, sizes and strides: copying one into the other is a no-op. */
+/* 1 when a and b have the same address, sizes and strides: copying one into the other is a no-op.
+ */
 int gf_tensor_same_view(const gf_tensor *a, const gf_tensor *b);
 
 #ifdef __cplusplus

@@ -283,9 +283,8 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, PyObject 
   }
   gf_calls_in_flight++;
   gf_status status =
-      gf_shim_python_call(runner_id, walk->key, walk->key_length, walk->tensors,
-                          walk->tensor_count, held, (size_t)held_count, pin, static_outputs,
-                          outputs, err);
+      gf_shim_python_call(runner_id, walk->key, walk->key_length, walk->tensors, walk->tensor_count,
+                          held, (size_t)held_count, pin, static_outputs, outputs, err);
   gf_calls_in_flight--;
   free(held);
   return status;
@@ -354,8 +353,8 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, PyObject 
   PyList_SetItem(state, 1, key);
   PyObject *outputs = NULL;
   gf_error err = {0};
-  gf_status status = gf_fast_call_runner(walk, runner_id, args[6], pin, static_outputs, &outputs,
-                                         &err);
+  gf_status status =
+      gf_fast_call_runner(walk, runner_id, args[6], pin, static_outputs, &outputs, &err);
   gf_calls_in_flight--;
   PyList_SetItem(state, 0, outer_kwargs);
   PyList_SetItem(state, 1, outer_key);
@@ -377,9 +376,15 @@ static PyMethodDef gf_fastcall_methods[] = {
 };
 
 static struct PyModuleDef gf_fastcall_module = {
-    PyModuleDef_HEAD_INIT, "_graphed_fastcall",
-    "The CPython entry point of GraphedForward (see gf_fastcall.c).", -1, gf_fastcall_methods,
-    NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "_graphed_fastcall",
+    "The CPython entry point of GraphedForward (see gf_fastcall.c).",
+    -1,
+    gf_fastcall_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__graphed_fastcall(void) {

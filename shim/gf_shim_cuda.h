@@ -20,8 +20,7 @@ int gf_shim_cuda_graphs_supported(int device_type, int device_index, char *why,
                                   size_t why_capacity);
 
 /* Per-runner state: the device, a side stream, the one graph memory pool, the graph in capture. */
-gf_status gf_shim_cuda_runner_create(int device_index, gf_shim_cuda_runner **runner,
-                                     gf_error *err);
+gf_status gf_shim_cuda_runner_create(int device_index, gf_shim_cuda_runner **runner, gf_error *err);
 void gf_shim_cuda_runner_destroy(gf_shim_cuda_runner *runner);
 
 /* The cudaStream_t torch considers current on the runner's device. */

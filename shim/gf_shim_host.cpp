@@ -31,8 +31,8 @@ gf_status host_clone_static(void *, const gf_tensor *live, gf_tensor *out, gf_er
   try {
     // live is a borrowed view whose handle the shim set to the caller's tensor.
     const at::Tensor &source = tensor_of_handle(live->handle);
-    at::Tensor fixed = at::empty(source.sizes(), source.options().memory_format(
-                                                     at::MemoryFormat::Contiguous));
+    at::Tensor fixed =
+        at::empty(source.sizes(), source.options().memory_format(at::MemoryFormat::Contiguous));
     fixed.copy_(source);
     *out = describe_tensor(fixed, true);
     return GF_OK;
@@ -116,9 +116,8 @@ void host_destroy(void *context) { delete host_context(context); }
 
 c10::OperatorHandle find_operator(const std::string &qualified_name, const char *role) {
   auto separator = qualified_name.find("::");
-  TORCH_CHECK_VALUE(separator != std::string::npos && separator > 0,
-                    "graphed: the ", role, " operator must be named 'namespace::name', got '",
-                    qualified_name, "'");
+  TORCH_CHECK_VALUE(separator != std::string::npos && separator > 0, "graphed: the ", role,
+                    " operator must be named 'namespace::name', got '", qualified_name, "'");
   auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName(qualified_name, ""));
   TORCH_CHECK_VALUE(op.has_value(), "graphed: no operator '", qualified_name,
                     "' is registered to serve as the ", role,

@@ -84,8 +84,8 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
                                             static_cast<long long>(max_entries),
                                             static_cast<long long>(warmup_iters)));
   }
-  auto *context = new HostContext{find_operator(std::string(forward_op), "forward"),
-                                  std::nullopt, std::string(name)};
+  auto *context = new HostContext{find_operator(std::string(forward_op), "forward"), std::nullopt,
+                                  std::string(name)};
   try {
     if (agree_op.has_value() && !agree_op->empty()) {
       context->agree_op = find_operator(std::string(*agree_op), "agreement");
@@ -111,9 +111,8 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
   return register_runner(runner, std::string(name));
 }
 
-std::vector<at::Tensor> forward_op(int64_t runner_id, c10::string_view key,
-                                   at::TensorList inputs, at::TensorList keep_alive, bool pin,
-                                   bool static_outputs) {
+std::vector<at::Tensor> forward_op(int64_t runner_id, c10::string_view key, at::TensorList inputs,
+                                   at::TensorList keep_alive, bool pin, bool static_outputs) {
   std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
   std::vector<at::Tensor> dense_inputs;
   std::vector<at::Tensor> dense_keep_alive;
@@ -153,8 +152,7 @@ std::tuple<std::vector<int64_t>, std::string, std::string> stats_op(int64_t runn
                                 static_cast<int64_t>(stats.eager_calls),
                                 stats.pool_bytes,
                                 stats.enabled};
-  return {counters, gf_runner_backend_name(slot->runner),
-          gf_runner_disabled_reason(slot->runner)};
+  return {counters, gf_runner_backend_name(slot->runner), gf_runner_disabled_reason(slot->runner)};
 }
 
 void disable_op(int64_t runner_id, c10::string_view reason) {
@@ -207,8 +205,7 @@ TORCH_LIBRARY(graphed, m) {
         &graphed::create_op);
   m.def("forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive, bool pin=False, "
         "bool static_outputs=False) -> Tensor[]");
-  m.impl("forward", c10::DispatchKey::CompositeExplicitAutograd,
-         TORCH_FN(graphed::forward_op));
+  m.impl("forward", c10::DispatchKey::CompositeExplicitAutograd, TORCH_FN(graphed::forward_op));
   m.def("stats(int runner) -> (int[], str, str)", &graphed::stats_op);
   m.def("disable(int runner, str reason) -> ()", &graphed::disable_op);
   m.def("reset(int runner) -> ()", &graphed::reset_op);

@@ -167,8 +167,7 @@ static gf_status gf_cuda_launch(void *context, void *state, void *graph, gf_erro
 
 static gf_status gf_cuda_launch_folded(void *context, void *state, void *graph,
                                        const gf_copy *inputs, size_t input_count,
-                                       const gf_copy *outputs, size_t output_count,
-                                       gf_error *err) {
+                                       const gf_copy *outputs, size_t output_count, gf_error *err) {
   gf_cuda_graph *captured = graph;
   if (!captured->has_copy_nodes) {
     return GF_ERR_NOT_FOUND;
@@ -180,7 +179,8 @@ static gf_status gf_cuda_launch_folded(void *context, void *state, void *graph,
                                 output_count);
   }
   if (error != 0) {
-    return gf_error_set(err, GF_ERR_BACKEND, "graphed: rewriting the graph's copy tables failed: %s",
+    return gf_error_set(err, GF_ERR_BACKEND,
+                        "graphed: rewriting the graph's copy tables failed: %s",
                         gf_cuda_error_string(error));
   }
   return gf_cuda_launch(context, state, graph, err);

@@ -141,7 +141,8 @@ extern "C" int gf_cuda_copy_batch(const gf_copy *copies, size_t count, void *str
     const size_t chunk = count - first < GF_CUDA_COPIES_PER_LAUNCH
                              ? count - first
                              : static_cast<size_t>(GF_CUDA_COPIES_PER_LAUNCH);
-    int error = launch_sized<kPlainLaunch>(copies + first, chunk, static_cast<cudaStream_t>(stream));
+    int error =
+        launch_sized<kPlainLaunch>(copies + first, chunk, static_cast<cudaStream_t>(stream));
     if (error != 0) {
       return error;
     }

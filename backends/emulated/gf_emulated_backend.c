@@ -7,8 +7,8 @@
 
 static int gf_emulated_token;
 
-static int gf_emulated_graphs_supported(void *context, int device_type, int device_index,
-                                        char *why, size_t why_capacity) {
+static int gf_emulated_graphs_supported(void *context, int device_type, int device_index, char *why,
+                                        size_t why_capacity) {
   (void)context;
   (void)device_type;
   (void)device_index;
@@ -83,21 +83,21 @@ static gf_status gf_emulated_launch(void *context, void *state, void *graph, gf_
   return GF_OK;
 }
 
-#define GF_EMULATED_BACKEND(variable, backend_name, failing_context)                              \
-  static const gf_backend variable = {                                                            \
-      .name = backend_name,                                                                       \
-      .context = failing_context,                                                                 \
-      .graphs_supported = gf_emulated_graphs_supported,                                           \
-      .sync_probe_begin = gf_emulated_nothing,                                                    \
-      .sync_probe_end = gf_emulated_nothing,                                                      \
-      .warmup_begin = gf_emulated_nothing,                                                        \
-      .warmup_end = gf_emulated_nothing,                                                          \
-      .capture_begin = gf_emulated_nothing,                                                       \
-      .capture_end = gf_emulated_capture_end,                                                     \
-      .copy_batch = gf_emulated_copy_batch,                                                       \
-      .launch = gf_emulated_launch,                                                               \
-      .capture_copy_node = gf_emulated_capture_copy_node,                                         \
-      .launch_folded = gf_emulated_launch_folded,                                                 \
+#define GF_EMULATED_BACKEND(variable, backend_name, failing_context)                               \
+  static const gf_backend variable = {                                                             \
+      .name = backend_name,                                                                        \
+      .context = failing_context,                                                                  \
+      .graphs_supported = gf_emulated_graphs_supported,                                            \
+      .sync_probe_begin = gf_emulated_nothing,                                                     \
+      .sync_probe_end = gf_emulated_nothing,                                                       \
+      .warmup_begin = gf_emulated_nothing,                                                         \
+      .warmup_end = gf_emulated_nothing,                                                           \
+      .capture_begin = gf_emulated_nothing,                                                        \
+      .capture_end = gf_emulated_capture_end,                                                      \
+      .copy_batch = gf_emulated_copy_batch,                                                        \
+      .launch = gf_emulated_launch,                                                                \
+      .capture_copy_node = gf_emulated_capture_copy_node,                                          \
+      .launch_folded = gf_emulated_launch_folded,                                                  \
   }
 
 /* The failing variant is told apart by a non-NULL context. */

@@ -40,8 +40,8 @@ static gf_status gf_xpu_capture_end(void *context, void *state, int ok, void **g
   return gf_xpu_unsupported(context, state, err);
 }
 
-static gf_status gf_xpu_copy_batch(void *context, void *state, const gf_copy *copies,
-                                   size_t count, gf_error *err) {
+static gf_status gf_xpu_copy_batch(void *context, void *state, const gf_copy *copies, size_t count,
+                                   gf_error *err) {
   (void)copies;
   (void)count;
   return gf_xpu_unsupported(context, state, err);

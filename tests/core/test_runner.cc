@@ -625,9 +625,8 @@ TEST_F(Runner, ForwardFailingDuringCaptureDisables) {
   Create();
   Inputs inputs = MakeInputs(2, {3}, 1.0f);
   CallExpectingCorrect(inputs);
-  EXPECT_EQ(Log(),
-            (Events{"warmup_begin", "probe_begin", "forward", "probe_end", "forward",
-                    "warmup_end", "capture_begin", "forward", "capture_end", "forward"}))
+  EXPECT_EQ(Log(), (Events{"warmup_begin", "probe_begin", "forward", "probe_end", "forward",
+                           "warmup_end", "capture_begin", "forward", "capture_end", "forward"}))
       << "capture_end must close the capture also when the forward failed";
   EXPECT_TRUE(Contains(Reason(), "fake forward failed during capture")) << Reason();
   EXPECT_EQ(host_.last_agree_ok, 0);
@@ -764,8 +763,8 @@ TEST_F(Runner, ResetDropsGraphsAndRecapturesWithTheProbe) {
   ClearLog();
   CallExpectingCorrect(inputs);
   EXPECT_EQ(Log(), (Events{"warmup_begin", "probe_begin", "forward", "probe_end", "forward",
-                           "warmup_end", "capture_begin", "forward", "capture_end",
-                           "copy_batch(2)", "launch", "copy_batch(1)"}));
+                           "warmup_end", "capture_begin", "forward", "capture_end", "copy_batch(2)",
+                           "launch", "copy_batch(1)"}));
   EXPECT_EQ(Stats().captures, 2u);
   EXPECT_EQ(Stats().graphs, 1u);
 }

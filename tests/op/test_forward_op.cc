@@ -54,8 +54,8 @@ protected:
   static int64_t create(const std::string &forward, c10::Device device, int64_t max_entries = 4) {
     static auto create_op =
         op("graphed::create")
-            .typed<int64_t(c10::string_view, c10::string_view, c10::Device, int64_t, int64_t,
-                           bool, std::optional<c10::string_view>)>();
+            .typed<int64_t(c10::string_view, c10::string_view, c10::Device, int64_t, int64_t, bool,
+                           std::optional<c10::string_view>)>();
     return create_op.call("cpp", forward, device, max_entries, 1, true, std::nullopt);
   }
 
@@ -90,7 +90,16 @@ protected:
 
 void *ForwardOpTest::handle = nullptr;
 
-enum Counter { kGraphs, kPinned, kCaptures, kReplays, kEvictions, kEagerCalls, kPoolBytes, kEnabled };
+enum Counter {
+  kGraphs,
+  kPinned,
+  kCaptures,
+  kReplays,
+  kEvictions,
+  kEagerCalls,
+  kPoolBytes,
+  kEnabled
+};
 
 TEST_F(ForwardOpTest, CpuRunnerRunsEagerWithReason) {
   int64_t runner = create("graphed_cpp_test::fwd", c10::Device(c10::kCPU));
