@@ -1,6 +1,8 @@
 // The torch-side CUDA services for backends/cuda (see gf_shim_cuda.h).
 #include "gf_shim_cuda.h"
 
+#include "gf_shim_errors.h"
+
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -21,22 +23,6 @@ struct gf_shim_cuda_runner {
   c10::cuda::SyncDebugMode saved_sync_mode = c10::cuda::SyncDebugMode::L_DISABLED;
   std::unique_ptr<at::cuda::CUDAGraph> capturing;
 };
-
-namespace {
-
-gf_status status_of_exception(gf_error *err, const char *what_failed) {
-  try {
-    throw;
-  } catch (const c10::Error &e) {
-    return gf_error_set(err, GF_ERR_BACKEND, "%s: %s", what_failed, e.what_without_backtrace());
-  } catch (const std::exception &e) {
-    return gf_error_set(err, GF_ERR_BACKEND, "%s: %s", what_failed, e.what());
-  } catch (...) {
-    return gf_error_set(err, GF_ERR_BACKEND, "%s: unknown C++ exception", what_failed);
-  }
-}
-
-} // namespace
 
 extern "C" int gf_shim_cuda_graphs_supported(int device_type, int device_index, char *why,
                                              size_t why_capacity) {
@@ -75,7 +61,8 @@ extern "C" gf_status gf_shim_cuda_runner_create(int device_index, gf_shim_cuda_r
     *runner = state.release();
     return GF_OK;
   } catch (...) {
-    return status_of_exception(err, "graphed: setting up CUDA for a runner failed");
+    return graphed::status_of_current_exception(err,
+                                                "graphed: setting up CUDA for a runner failed");
   }
 }
 
@@ -109,7 +96,8 @@ extern "C" gf_status gf_shim_cuda_side_stream_begin(gf_shim_cuda_runner *runner,
     c10::cuda::setCurrentCUDAStream(*runner->side_stream);
     return GF_OK;
   } catch (...) {
-    return status_of_exception(err, "graphed: switching to the side stream failed");
+    return graphed::status_of_current_exception(err,
+                                                "graphed: switching to the side stream failed");
   }
 }
 
@@ -126,7 +114,7 @@ extern "C" gf_status gf_shim_cuda_side_stream_end(gf_shim_cuda_runner *runner, g
     done.block(outer);
     return GF_OK;
   } catch (...) {
-    return status_of_exception(err, "graphed: joining the side stream failed");
+    return graphed::status_of_current_exception(err, "graphed: joining the side stream failed");
   }
 }
 
@@ -142,7 +130,8 @@ extern "C" gf_status gf_shim_cuda_capture_begin(gf_shim_cuda_runner *runner, gf_
     return GF_OK;
   } catch (...) {
     runner->capturing.reset();
-    status = status_of_exception(err, "graphed: beginning the CUDA graph capture failed");
+    status = graphed::status_of_current_exception(
+        err, "graphed: beginning the CUDA graph capture failed");
     gf_shim_cuda_side_stream_end(runner, nullptr);
     return status;
   }
@@ -162,7 +151,8 @@ extern "C" gf_status gf_shim_cuda_capture_end(gf_shim_cuda_runner *runner, int o
         captured->instantiate();
       }
     } catch (...) {
-      status = status_of_exception(err, "graphed: ending the CUDA graph capture failed");
+      status = graphed::status_of_current_exception(
+          err, "graphed: ending the CUDA graph capture failed");
       captured.reset();
     }
   }
@@ -197,7 +187,7 @@ extern "C" gf_status gf_shim_cuda_graph_replay(void *graph, gf_error *err) {
     static_cast<at::cuda::CUDAGraph *>(graph)->replay();
     return GF_OK;
   } catch (...) {
-    return status_of_exception(err, "graphed: replaying the CUDA graph failed");
+    return graphed::status_of_current_exception(err, "graphed: replaying the CUDA graph failed");
   }
 }
 

@@ -2,6 +2,8 @@
 // what torch throws and turns it into a status: no exception crosses into the C core.
 #include "gf_shim_host.h"
 
+#include "gf_shim_errors.h"
+
 #include "gf_shim_tensor.h"
 
 #include <ATen/ATen.h>
@@ -15,18 +17,6 @@ namespace {
 
 HostContext *host_context(void *context) { return static_cast<HostContext *>(context); }
 
-gf_status status_of_exception(gf_error *err, const char *what_failed) {
-  try {
-    throw;
-  } catch (const c10::Error &e) {
-    return gf_error_set(err, GF_ERR_BACKEND, "%s: %s", what_failed, e.what_without_backtrace());
-  } catch (const std::exception &e) {
-    return gf_error_set(err, GF_ERR_BACKEND, "%s: %s", what_failed, e.what());
-  } catch (...) {
-    return gf_error_set(err, GF_ERR_BACKEND, "%s: unknown C++ exception", what_failed);
-  }
-}
-
 gf_status host_clone_static(void *, const gf_tensor *live, gf_tensor *out, gf_error *err) {
   try {
     // live is a borrowed view whose handle the shim set to the caller's tensor.
@@ -37,7 +27,7 @@ gf_status host_clone_static(void *, const gf_tensor *live, gf_tensor *out, gf_er
     *out = describe_tensor(fixed, true);
     return GF_OK;
   } catch (...) {
-    return status_of_exception(err, "graphed: making a static copy of an input failed");
+    return status_of_current_exception(err, "graphed: making a static copy of an input failed");
   }
 }
 
@@ -49,7 +39,7 @@ gf_status host_empty_like(void *, const gf_tensor *like, gf_tensor *out, gf_erro
     *out = describe_tensor(fresh, true);
     return GF_OK;
   } catch (...) {
-    return status_of_exception(err, "graphed: allocating an output failed");
+    return status_of_current_exception(err, "graphed: allocating an output failed");
   }
 }
 
@@ -58,7 +48,7 @@ gf_status host_retain(void *, const gf_tensor *tensor, gf_tensor *out, gf_error 
     *out = describe_tensor(tensor_of_handle(tensor->handle), true);
     return GF_OK;
   } catch (...) {
-    return status_of_exception(err, "graphed: holding a tensor failed");
+    return status_of_current_exception(err, "graphed: holding a tensor failed");
   }
 }
 
@@ -87,7 +77,7 @@ gf_status host_run_forward(void *context, const gf_tensor *inputs, size_t count,
     return GF_OK;
   } catch (...) {
     std::string what = "graphed: the forward of '" + host->name + "' failed";
-    return status_of_exception(err, what.c_str());
+    return status_of_current_exception(err, what.c_str());
   }
 }
 

@@ -13,8 +13,8 @@
 //   entry_replays(int runner, str key, Tensor[] inputs) -> int
 //   use_backend(str name) -> ()                 "default", or a test backend ("emulated",
 //                                               "emulated_fail_capture") for later runners
+#include "gf_shim_errors.h"
 #include "gf_shim_host.h"
-#include "gf_shim_message.h"
 #include "gf_shim_registry.h"
 #include "gf_shim_tensor.h"
 

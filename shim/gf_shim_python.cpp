@@ -1,6 +1,8 @@
 // The libtorch side of the CPython entry point (see gf_shim_python.h).
 #include "gf_shim_python.h"
 
+#include "gf_shim_errors.h"
+
 #include "gf_shim_registry.h"
 #include "gf_shim_tensor.h"
 
@@ -9,26 +11,6 @@
 
 #include <exception>
 #include <vector>
-
-namespace {
-
-gf_status status_of_exception(gf_error *err) {
-  try {
-    throw;
-  } catch (const c10::ValueError &e) {
-    return gf_error_set(err, GF_ERR_INVALID_ARGUMENT, "%s", e.what_without_backtrace());
-  } catch (const c10::TypeError &e) {
-    return gf_error_set(err, GF_ERR_TYPE, "%s", e.what_without_backtrace());
-  } catch (const c10::Error &e) {
-    return gf_error_set(err, GF_ERR_BACKEND, "%s", e.what_without_backtrace());
-  } catch (const std::exception &e) {
-    return gf_error_set(err, GF_ERR_BACKEND, "%s", e.what());
-  } catch (...) {
-    return gf_error_set(err, GF_ERR_BACKEND, "graphed: unknown C++ exception");
-  }
-}
-
-} // namespace
 
 extern "C" int gf_shim_python_is_plain_tensor(PyObject *obj) {
   return THPVariable_CheckExact(obj) ? 1 : 0;
@@ -85,7 +67,7 @@ extern "C" gf_status gf_shim_python_call(int64_t runner_id, const void *key, siz
     *outputs = list;
     return status;
   } catch (...) {
-    return status_of_exception(err);
+    return graphed::status_of_current_exception(err, nullptr);
   }
 }
 

@@ -27,43 +27,9 @@ static int gf_xpu_graphs_supported(void *context, int device_type, int device_in
   return 0;
 }
 
-static gf_status gf_xpu_unsupported(void *context, void *state, gf_error *err) {
-  (void)context;
-  (void)state;
-  return gf_error_set(err, GF_ERR_BACKEND, "graphed: Level Zero capture is not built");
-}
-
-static gf_status gf_xpu_capture_end(void *context, void *state, int ok, void **graph,
-                                    gf_error *err) {
-  (void)ok;
-  *graph = NULL;
-  return gf_xpu_unsupported(context, state, err);
-}
-
-static gf_status gf_xpu_copy_batch(void *context, void *state, const gf_copy *copies, size_t count,
-                                   gf_error *err) {
-  (void)copies;
-  (void)count;
-  return gf_xpu_unsupported(context, state, err);
-}
-
-static gf_status gf_xpu_launch(void *context, void *state, void *graph, gf_error *err) {
-  (void)graph;
-  return gf_xpu_unsupported(context, state, err);
-}
-
-static const gf_backend gf_xpu_backend = {
-    .name = "xpu",
-    .graphs_supported = gf_xpu_graphs_supported,
-    .sync_probe_begin = gf_xpu_unsupported,
-    .sync_probe_end = gf_xpu_unsupported,
-    .warmup_begin = gf_xpu_unsupported,
-    .warmup_end = gf_xpu_unsupported,
-    .capture_begin = gf_xpu_unsupported,
-    .capture_end = gf_xpu_capture_end,
-    .copy_batch = gf_xpu_copy_batch,
-    .launch = gf_xpu_launch,
-};
+/* The table is the none backend's (every device hook refuses) with this backend's name and
+ * answer to graphs_supported. */
+static gf_backend gf_xpu_backend;
 
 const gf_backend *gf_xpu_backend_probe(char *why, size_t why_capacity) {
   void *loader = dlopen("libze_loader.so.1", RTLD_LAZY | RTLD_LOCAL);
@@ -78,6 +44,9 @@ const gf_backend *gf_xpu_backend_probe(char *why, size_t why_capacity) {
     dlclose(loader);
     return NULL;
   }
+  gf_xpu_backend = *gf_backend_none();
+  gf_xpu_backend.name = "xpu";
+  gf_xpu_backend.graphs_supported = gf_xpu_graphs_supported;
   ze_result_t result = ze_init(ZE_INIT_FLAG_GPU_ONLY);
   uint32_t drivers = 0;
   if (result == ZE_RESULT_SUCCESS) {
