@@ -9,7 +9,8 @@
  * with 'F', the Python path's never do, so the two never share a cache entry.
  *
  * The forward operator the core calls back (for probe, warm-up, capture or eager runs) reads the
- * call in flight from `state`, a list owned by the GraphedForward:
+ * call in flight from `state`, a list owned by the GraphedForward, which the shim fills while it
+ * holds the runner's lock:
  *   state[0] the kwargs of the call in flight (None outside a call)
  *   state[1] the key of that call, as bytes
  *   state[2] dict: key bytes -> output template (see graphed._tree.output_template)
@@ -262,9 +263,9 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, PyObject 
                                      int pin, int static_outputs);
 
 /* Describes the keep-alive tensors (rare: a small heap array) and enters the runner. */
-static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, PyObject *keep_alive,
-                                     int pin, int static_outputs, PyObject **outputs,
-                                     gf_error *err) {
+static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, PyObject *state,
+                                     PyObject *kwargs, PyObject *key, PyObject *keep_alive, int pin,
+                                     int static_outputs, PyObject **outputs, gf_error *err) {
   Py_ssize_t held_count = PyList_GET_SIZE(keep_alive);
   gf_tensor *held = NULL;
   if (held_count > 0) {
@@ -282,9 +283,10 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, PyObject 
     }
   }
   gf_calls_in_flight++;
-  gf_status status =
-      gf_shim_python_call(runner_id, walk->key, walk->key_length, walk->tensors, walk->tensor_count,
-                          held, (size_t)held_count, pin, static_outputs, outputs, err);
+  gf_shim_python_call_in_flight call = {state, kwargs, key};
+  gf_status status = gf_shim_python_call(runner_id, &call, walk->key, walk->key_length,
+                                         walk->tensors, walk->tensor_count, held,
+                                         (size_t)held_count, pin, static_outputs, outputs, err);
   gf_calls_in_flight--;
   free(held);
   return status;
@@ -341,23 +343,10 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, PyObject 
   if (key == NULL) {
     return NULL;
   }
-  /* The forward operator reads the call in flight from state[0] and state[1]; what was there
-   * (a call further out, or None) is put back afterwards. */
-  PyObject *outer_kwargs = PyList_GET_ITEM(state, 0);
-  PyObject *outer_key = PyList_GET_ITEM(state, 1);
-  Py_INCREF(outer_kwargs);
-  Py_INCREF(outer_key);
-  Py_INCREF(args[1]);
-  PyList_SetItem(state, 0, args[1]);
-  Py_INCREF(key);
-  PyList_SetItem(state, 1, key);
   PyObject *outputs = NULL;
   gf_error err = {0};
-  gf_status status =
-      gf_fast_call_runner(walk, runner_id, args[6], pin, static_outputs, &outputs, &err);
-  gf_calls_in_flight--;
-  PyList_SetItem(state, 0, outer_kwargs);
-  PyList_SetItem(state, 1, outer_key);
+  gf_status status = gf_fast_call_runner(walk, runner_id, state, args[1], key, args[6], pin,
+                                         static_outputs, &outputs, &err);
   PyObject *rebuilt = NULL;
   if (status != GF_OK) {
     gf_shim_python_raise(status, &err);
@@ -371,7 +360,8 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, PyObject 
 
 static PyMethodDef gf_fastcall_methods[] = {
     {"call", (PyCFunction)(void (*)(void))gf_fast_call, METH_FASTCALL,
-     "call(runner_id, kwargs, variant, pin, static_outputs, state) -> output or FALLBACK"},
+     "call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive) -> output or "
+     "FALLBACK"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,8 +26,49 @@ extern "C" int gf_shim_python_describe(PyObject *obj, gf_tensor *out) {
   return 0;
 }
 
-extern "C" gf_status gf_shim_python_call(int64_t runner_id, const void *key, size_t key_length,
-                                         gf_tensor *inputs, size_t input_count,
+namespace {
+
+// Takes the runner's lock; when another thread holds it, waits with the GIL released.
+std::unique_lock<std::recursive_mutex> lock_runner(graphed::RunnerSlot &slot) {
+  std::unique_lock<std::recursive_mutex> lock(slot.mutex, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    Py_BEGIN_ALLOW_THREADS lock.lock();
+    Py_END_ALLOW_THREADS
+  }
+  return lock;
+}
+
+// Sets state[0] and state[1] for the call in flight and puts the previous values back on exit.
+class CallInFlight {
+public:
+  explicit CallInFlight(const gf_shim_python_call_in_flight *call) : state_(call->state) {
+    outer_kwargs_ = PyList_GET_ITEM(state_, 0);
+    outer_key_ = PyList_GET_ITEM(state_, 1);
+    Py_INCREF(outer_kwargs_);
+    Py_INCREF(outer_key_);
+    Py_INCREF(call->kwargs);
+    PyList_SetItem(state_, 0, call->kwargs);
+    Py_INCREF(call->key);
+    PyList_SetItem(state_, 1, call->key);
+  }
+  ~CallInFlight() {
+    PyList_SetItem(state_, 0, outer_kwargs_);
+    PyList_SetItem(state_, 1, outer_key_);
+  }
+  CallInFlight(const CallInFlight &) = delete;
+  CallInFlight &operator=(const CallInFlight &) = delete;
+
+private:
+  PyObject *state_;
+  PyObject *outer_kwargs_;
+  PyObject *outer_key_;
+};
+
+} // namespace
+
+extern "C" gf_status gf_shim_python_call(int64_t runner_id,
+                                         const gf_shim_python_call_in_flight *call, const void *key,
+                                         size_t key_length, gf_tensor *inputs, size_t input_count,
                                          const gf_tensor *keep_alive, size_t keep_alive_count,
                                          int pin, int static_outputs, PyObject **outputs,
                                          gf_error *err) {
@@ -49,7 +90,8 @@ extern "C" gf_status gf_shim_python_call(int64_t runner_id, const void *key, siz
     gf_pool results{};
     gf_status status;
     {
-      std::lock_guard<std::recursive_mutex> guard(slot->mutex);
+      std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
+      CallInFlight in_flight(call);
       status = gf_runner_call(slot->runner, key, key_length, inputs, input_count, keep_alive,
                               keep_alive_count, &options, &results, err);
     }

@@ -25,10 +25,20 @@ int gf_shim_python_is_plain_tensor(PyObject *obj);
  * than GF_MAX_DIMS dimensions. */
 int gf_shim_python_describe(PyObject *obj, gf_tensor *out);
 
-/* One call of runner `runner_id` (see gf_runner_call), with the GIL held. On success *outputs is
- * a new list of tensors. */
-gf_status gf_shim_python_call(int64_t runner_id, const void *key, size_t key_length,
-                              gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
+/* What the forward operator needs to know about the call in flight: state[0] and state[1] are set
+ * to kwargs and key while the runner's lock is held, and put back afterwards. */
+typedef struct gf_shim_python_call_in_flight {
+  PyObject *state; /* a list of 4, see pyext/gf_fastcall.c */
+  PyObject *kwargs;
+  PyObject *key;
+} gf_shim_python_call_in_flight;
+
+/* One call of runner `runner_id` (see gf_runner_call), entered with the GIL held. When another
+ * thread holds the runner, the GIL is released while waiting for it, so a forward running in that
+ * thread can take the GIL back. On success *outputs is a new list of tensors. */
+gf_status gf_shim_python_call(int64_t runner_id, const gf_shim_python_call_in_flight *call,
+                              const void *key, size_t key_length, gf_tensor *inputs,
+                              size_t input_count, const gf_tensor *keep_alive,
                               size_t keep_alive_count, int pin, int static_outputs,
                               PyObject **outputs, gf_error *err);
 

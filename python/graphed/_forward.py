@@ -92,7 +92,8 @@ class GraphedForward:
         self._call_spec: TreeSpec | None = None
         self._call_key = ""
         self._output_specs: dict[str, TreeSpec] = {}
-        self._held_objects: dict[str, list[Any]] = {}
+        # keep_alive objects that are not tensors, by identity, held until reset.
+        self._held_objects: dict[int, Any] = {}
         self._known_disabled = False
         # The call in flight as the C entry point records it (see pyext/gf_fastcall.c).
         self._fast_state: list[Any] = [None, b"", {}, rebuild_output]
@@ -135,15 +136,13 @@ class GraphedForward:
         result = _fastcall.call(
             self._id, kwargs, variant, pin, static_outputs, self._fast_state, held_tensors
         )
+        for held in held_objects:
+            self._held_objects[id(held)] = held
         if result is not _FALLBACK:
-            if held_objects:
-                self._held_objects.setdefault(self._fast_state[1], held_objects)
             return result
         tensors, key, spec = flatten_kwargs(kwargs, variant)
         if not tensors:
             return self._eager(kwargs)
-        if held_objects:
-            self._held_objects.setdefault(key, held_objects)
         self._call_spec, self._call_key = spec, key
         outputs = torch.ops.graphed.forward(
             self._id, key, tensors, held_tensors, bool(pin), bool(static_outputs)

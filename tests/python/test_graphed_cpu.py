@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import time
 from typing import NamedTuple
 
 import graphed
@@ -368,3 +370,39 @@ def test_fake_tensor_call_with_capture_context_and_tree_output():
     real = gf(x=x, y=y)
     assert not isinstance(real["cat"], FakeTensor)
     torch.testing.assert_close(real["cat"], torch.cat([x, y]), rtol=0, atol=0)
+
+
+class SleepyScale(torch.nn.Module):
+    """Sleeps inside the forward, so the thread running it gives the GIL away mid-call."""
+
+    def forward(self, *, x):
+        time.sleep(0.002)
+        return x * 3
+
+
+def test_two_threads_sharing_a_runner_neither_deadlock_nor_mix_calls():
+    torch.ops.graphed.use_backend("emulated")
+    try:
+        gf = GraphedForward(SleepyScale(), device="cpu")
+    finally:
+        torch.ops.graphed.use_backend("default")
+    failures: list[str] = []
+
+    def worker(rows: int) -> None:
+        for _ in range(20):
+            x = torch.randn(rows, 4)
+            out = gf(x=x)
+            if out.shape != (rows, 4):
+                failures.append(f"rows {rows}: got shape {tuple(out.shape)}")
+
+    threads = [threading.Thread(target=worker, args=(rows,)) for rows in (3, 5, 7)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "a call deadlocked"
+    assert failures == []
+    stats = gf.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert stats["captures"] == 3
+    assert stats["replays"] == 60
