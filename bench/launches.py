@@ -1,7 +1,7 @@
 """Device launches per call, counted with torch.profiler (CPU runtime-API events and CUDA activity),
 for GraphedForward and the seed wrapper at K = 4 and K = 64 input tensors: graphed's promise is a
-constant number of launches per replay (one batched input copy, one graph launch, one batched
-output copy) whatever K is, where a Python wrapper issues one copy per tensor.
+constant number of launches per replay (one graph launch: the input and output copies are nodes of
+the graph) whatever K is, where a Python wrapper issues one copy per tensor.
 
 It runs after every timing in bench/run.py, since attaching the profiler can slow later launches.
 """

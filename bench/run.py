@@ -168,6 +168,27 @@ def _section(results: dict, name: str, fn: Callable[[], Any]) -> Any:
     return value
 
 
+def _host_cost_section(results, title, device, settings, clock, graphs, log):
+    """The host-cost sweep over K with this run's settings, recorded under `title`."""
+    from host_cost import run_host_cost
+
+    return _section(
+        results,
+        title,
+        lambda: run_host_cost(
+            device,
+            settings["ks"],
+            clock,
+            bursts=settings["bursts"],
+            burst_len=settings["burst_len"],
+            warmup_bursts=settings["warmup_bursts"],
+            throughput_calls=settings["throughput_calls"],
+            graphs=graphs,
+            log=log,
+        ),
+    )
+
+
 def _skip(results: dict, what: str, why: str) -> None:
     results["skipped"].append({"what": what, "why": why})
     log(f"  SKIPPED: {what}: {why}")
@@ -232,25 +253,10 @@ def _run_gpu(results: dict, settings: dict, clock: Any, args: argparse.Namespace
     from capture import run_first_call, run_memory
     from compiled import run_compiled
     from dit_request import run_dit_request
-    from host_cost import run_host_cost
     from launches import run_launches
 
     device = _bench_device()
-    host = _section(
-        results,
-        "host cost vs K",
-        lambda: run_host_cost(
-            device,
-            settings["ks"],
-            clock,
-            bursts=settings["bursts"],
-            burst_len=settings["burst_len"],
-            warmup_bursts=settings["warmup_bursts"],
-            throughput_calls=settings["throughput_calls"],
-            graphs=True,
-            log=log,
-        ),
-    )
+    host = _host_cost_section(results, "host cost vs K", device, settings, clock, True, log)
     if host is not None:
         results["host_cost"] = host
     results["dit"] = {}
@@ -353,26 +359,19 @@ def _check_replays(results: dict) -> None:
 
 def _run_cpu(results: dict, settings: dict, clock: Any) -> None:
     from dit_request import run_dit_request
-    from host_cost import run_host_cost
 
     device = torch.device("cpu")
     reason = "no CUDA device (torch.cuda.is_available() is False)"
     log(f"No CUDA: {reason}; graphed says: {graphed.backend()[1]}")
     log("Timing on the CPU what can be timed there; GraphedForward runs eager (its fallback).")
-    host = _section(
+    host = _host_cost_section(
         results,
         "host cost vs K (CPU: eager, empty op, GraphedForward fallback)",
-        lambda: run_host_cost(
-            device,
-            settings["ks"],
-            clock,
-            bursts=settings["bursts"],
-            burst_len=settings["burst_len"],
-            warmup_bursts=settings["warmup_bursts"],
-            throughput_calls=settings["throughput_calls"],
-            graphs=False,
-            log=log,
-        ),
+        device,
+        settings,
+        clock,
+        False,
+        log,
     )
     if host is not None:
         host["methods"]["graphed"]["label"] = "GraphedForward (eager fallback, no graphs)"

@@ -418,26 +418,33 @@ class _NotPlain(Exception):
     """A tree holds something other than exact dict/list/tuple, tensors and tensor-free leaves."""
 
 
+def _map_plain(value: Any, on_tensor: Any, on_leaf: Any) -> Any:
+    """Rebuilds exact dict, list and tuple containers, in the C entry point's walk order
+    (graphed._fastcall), with on_tensor(tensor) in each tensor slot and on_leaf(value) for every
+    other leaf."""
+    cls = type(value)
+    if cls is dict:
+        return {key: _map_plain(item, on_tensor, on_leaf) for key, item in value.items()}
+    if cls is list:
+        return [_map_plain(item, on_tensor, on_leaf) for item in value]
+    if cls is tuple:
+        return tuple([_map_plain(item, on_tensor, on_leaf) for item in value])
+    if isinstance(value, torch.Tensor):
+        return on_tensor(value)
+    return on_leaf(value)
+
+
 def substitute(tree: Any, tensors: list[torch.Tensor]) -> Any:
-    """`tree` with its tensors replaced, in walk order, by `tensors`.
-
-    Walks exact dict, list and tuple only, as the C entry point does (graphed._fastcall), so the
-    n-th tensor it meets is the n-th tensor that entry point handed to the core."""
+    """`tree` with its tensors replaced, in walk order, by `tensors`: the n-th tensor met is the
+    n-th tensor the C entry point handed to the core."""
     remaining = iter(tensors)
+    return _map_plain(tree, lambda _: next(remaining), lambda leaf: leaf)
 
-    def rebuild(value: Any) -> Any:
-        cls = type(value)
-        if cls is dict:
-            return {key: rebuild(item) for key, item in value.items()}
-        if cls is list:
-            return [rebuild(item) for item in value]
-        if cls is tuple:
-            return tuple([rebuild(item) for item in value])
-        if isinstance(value, torch.Tensor):
-            return next(remaining)
-        return value
 
-    return rebuild(tree)
+def _plain_leaf(value: Any) -> Any:
+    if type(value) not in _PRIMITIVE_TYPES:
+        raise _NotPlain
+    return value
 
 
 def output_template(result: Any, placeholder: object) -> tuple[Any, list[torch.Tensor]]:
@@ -449,23 +456,12 @@ def output_template(result: Any, placeholder: object) -> tuple[Any, list[torch.T
     `rebuild_output`; an object that holds a tensor is rejected there with a TypeError."""
     tensors: list[torch.Tensor] = []
 
-    def template_of(value: Any) -> Any:
-        cls = type(value)
-        if cls is dict:
-            return {key: template_of(item) for key, item in value.items()}
-        if cls is list:
-            return [template_of(item) for item in value]
-        if cls is tuple:
-            return tuple([template_of(item) for item in value])
-        if isinstance(value, torch.Tensor):
-            tensors.append(value)
-            return placeholder
-        if cls not in _PRIMITIVE_TYPES:
-            raise _NotPlain
-        return value
+    def slot(tensor: torch.Tensor) -> object:
+        tensors.append(tensor)
+        return placeholder
 
     try:
-        return (template_of(result),), tensors
+        return (_map_plain(result, slot, _plain_leaf),), tensors
     except _NotPlain:
         spec_tensors, _, spec = flatten_kwargs({"output": result})
         return spec, spec_tensors
