@@ -91,6 +91,7 @@ class GraphedForward:
         self._capture_context = capture_context
         self._call_spec: TreeSpec | None = None
         self._call_key = ""
+        self._python_path_lock = threading.RLock()
         self._output_specs: dict[str, TreeSpec] = {}
         # keep_alive objects that are not tensors, by identity, held until reset.
         self._held_objects: dict[int, Any] = {}
@@ -143,10 +144,18 @@ class GraphedForward:
         tensors, key, spec = flatten_kwargs(kwargs, variant)
         if not tensors:
             return self._eager(kwargs)
-        self._call_spec, self._call_key = spec, key
-        outputs = torch.ops.graphed.forward(
-            self._id, key, tensors, held_tensors, bool(pin), bool(static_outputs)
-        )
+        # The call state the forward operator reads is this instance's: one Python-path call at a
+        # time sets it (the C entry path guards its own under the runner's lock), and a nested
+        # call puts the outer one's back.
+        with self._python_path_lock:
+            outer = self._call_spec, self._call_key
+            self._call_spec, self._call_key = spec, key
+            try:
+                outputs = torch.ops.graphed.forward(
+                    self._id, key, tensors, held_tensors, bool(pin), bool(static_outputs)
+                )
+            finally:
+                self._call_spec, self._call_key = outer
         return unflatten(self._output_specs[key], outputs)["output"]
 
     def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -406,3 +406,51 @@ def test_two_threads_sharing_a_runner_neither_deadlock_nor_mix_calls():
     assert stats["enabled"], stats["disabled_reason"]
     assert stats["captures"] == 3
     assert stats["replays"] == 60
+
+
+class Scaled(NamedTuple):
+    """A namedtuple input: the C entry point does not walk it, so calls take the Python path."""
+
+    x: torch.Tensor
+    scale: float
+
+
+class SleepyScaledModule(torch.nn.Module):
+    def forward(self, *, pair):
+        time.sleep(0.002)
+        return pair.x * pair.scale
+
+
+def test_two_threads_on_the_python_path_do_not_mix_calls():
+    torch.ops.graphed.use_backend("emulated")
+    try:
+        gf = GraphedForward(SleepyScaledModule(), device="cpu")
+    finally:
+        torch.ops.graphed.use_backend("default")
+    failures: list[str] = []
+
+    def worker(rows: int) -> None:
+        for call in range(10):
+            # Each thread has its own scale, so a call run with another thread's state shows.
+            x = torch.randn(rows, 2)
+            try:
+                out = gf(pair=Scaled(x, float(rows)))
+            except Exception as error:  # reported below, the thread must not die silently
+                failures.append(f"rows {rows}: {type(error).__name__}: {error}")
+                return
+            if out.shape != (rows, 2):
+                failures.append(f"rows {rows}: got shape {tuple(out.shape)}")
+            # The emulated launch does no work: only the capturing call's output is computed.
+            if call == 0 and not torch.equal(out, x * rows):
+                failures.append(f"rows {rows}: the first call was run with another call's state")
+
+    threads = [threading.Thread(target=worker, args=(rows,)) for rows in (3, 5, 7)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "a call deadlocked"
+    assert failures == []
+    stats = gf.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert (stats["captures"], stats["replays"]) == (3, 30)
