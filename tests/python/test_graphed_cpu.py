@@ -372,42 +372,6 @@ def test_fake_tensor_call_with_capture_context_and_tree_output():
     torch.testing.assert_close(real["cat"], torch.cat([x, y]), rtol=0, atol=0)
 
 
-class SleepyScale(torch.nn.Module):
-    """Sleeps inside the forward, so the thread running it gives the GIL away mid-call."""
-
-    def forward(self, *, x):
-        time.sleep(0.002)
-        return x * 3
-
-
-def test_two_threads_sharing_a_runner_neither_deadlock_nor_mix_calls():
-    torch.ops.graphed.use_backend("emulated")
-    try:
-        gf = GraphedForward(SleepyScale(), device="cpu")
-    finally:
-        torch.ops.graphed.use_backend("default")
-    failures: list[str] = []
-
-    def worker(rows: int) -> None:
-        for _ in range(20):
-            x = torch.randn(rows, 4)
-            out = gf(x=x)
-            if out.shape != (rows, 4):
-                failures.append(f"rows {rows}: got shape {tuple(out.shape)}")
-
-    threads = [threading.Thread(target=worker, args=(rows,)) for rows in (3, 5, 7)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(thread.is_alive() for thread in threads), "a call deadlocked"
-    assert failures == []
-    stats = gf.stats()
-    assert stats["enabled"], stats["disabled_reason"]
-    assert stats["captures"] == 3
-    assert stats["replays"] == 60
-
-
 class Scaled(NamedTuple):
     """A namedtuple input: the C entry point does not walk it, so calls take the Python path."""
 
@@ -415,26 +379,35 @@ class Scaled(NamedTuple):
     scale: float
 
 
-class SleepyScaledModule(torch.nn.Module):
-    def forward(self, *, pair):
+class SleepyScale(torch.nn.Module):
+    """Sleeps inside the forward, so the thread running it gives the GIL away mid-call."""
+
+    def forward(self, *, pair=None, x=None, scale=None):
         time.sleep(0.002)
-        return pair.x * pair.scale
+        if pair is not None:
+            return pair.x * pair.scale
+        return x * scale
 
 
-def test_two_threads_on_the_python_path_do_not_mix_calls():
+@pytest.mark.parametrize("path", ["c_entry_point", "python_path"])
+def test_threads_sharing_a_runner_neither_deadlock_nor_mix_calls(path):
     torch.ops.graphed.use_backend("emulated")
     try:
-        gf = GraphedForward(SleepyScaledModule(), device="cpu")
+        gf = GraphedForward(SleepyScale(), device="cpu")
     finally:
         torch.ops.graphed.use_backend("default")
     failures: list[str] = []
+    calls = 10
 
     def worker(rows: int) -> None:
-        for call in range(10):
+        for call in range(calls):
             # Each thread has its own scale, so a call run with another thread's state shows.
             x = torch.randn(rows, 2)
             try:
-                out = gf(pair=Scaled(x, float(rows)))
+                if path == "python_path":
+                    out = gf(pair=Scaled(x, float(rows)))
+                else:
+                    out = gf(x=x, scale=float(rows))
             except Exception as error:  # reported below, the thread must not die silently
                 failures.append(f"rows {rows}: {type(error).__name__}: {error}")
                 return
@@ -453,4 +426,4 @@ def test_two_threads_on_the_python_path_do_not_mix_calls():
     assert failures == []
     stats = gf.stats()
     assert stats["enabled"], stats["disabled_reason"]
-    assert (stats["captures"], stats["replays"]) == (3, 30)
+    assert (stats["captures"], stats["replays"]) == (3, 3 * calls)
