@@ -16,7 +16,15 @@ import torch
 
 from . import _library
 from ._native import _graphed_fastcall as _fastcall
-from ._tree import TreeSpec, flatten_kwargs, output_template, rebuild_output, substitute, unflatten
+from ._tree import (
+    TreeSpec,
+    flatten_kwargs,
+    flatten_output,
+    output_template,
+    rebuild_output,
+    substitute,
+    unflatten,
+)
 
 __all__ = ["GraphedForward"]
 
@@ -47,11 +55,6 @@ def _define_op(schema_tail: str, implementation: Callable) -> str:
         _models_library.impl(name, implementation, "CompositeExplicitAutograd")
         torch.library.register_fake(f"graphed_models::{name}", implementation, lib=_models_library)
     return f"graphed_models::{name}"
-
-
-def _output_tree(result: Any) -> tuple[list[torch.Tensor], TreeSpec]:
-    tensors, _, spec = flatten_kwargs({"output": result})
-    return tensors, spec
 
 
 class GraphedForward:
@@ -156,7 +159,7 @@ class GraphedForward:
                 )
             finally:
                 self._call_spec, self._call_key = outer
-        return unflatten(self._output_specs[key], outputs)["output"]
+        return rebuild_output(self._output_specs[key], outputs)
 
     def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The body of the forward operator the core calls for probe, warm-up, capture and eager
@@ -178,7 +181,7 @@ class GraphedForward:
             template, tensors = output_template(result, _fastcall.PLACEHOLDER)
             self._fast_state[2].setdefault(self._fast_state[1], template)
             return tensors
-        tensors, output_spec = _output_tree(result)
+        output_spec, tensors = flatten_output(result)
         self._output_specs.setdefault(self._call_key, output_spec)
         return tensors
 

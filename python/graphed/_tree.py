@@ -463,10 +463,17 @@ def output_template(result: Any, placeholder: object) -> tuple[Any, list[torch.T
     try:
         return (_map_plain(result, slot, _plain_leaf),), tensors
     except _NotPlain:
-        spec_tensors, _, spec = flatten_kwargs({"output": result})
+        spec, spec_tensors = flatten_output(result)
         return spec, spec_tensors
 
 
+def flatten_output(result: Any) -> tuple[TreeSpec, list[torch.Tensor]]:
+    """(spec, tensors) of any forward result, walked as the kwargs are; rebuild_output inverts it.
+    An object other than dict/list/tuple/namedtuple that holds a tensor is a TypeError."""
+    tensors, _, spec = flatten_kwargs({"output": result})
+    return spec, tensors
+
+
 def rebuild_output(spec: TreeSpec, outputs: list[torch.Tensor]) -> Any:
-    """The inverse of output_template for results that are not plain."""
+    """The inverse of flatten_output (and of output_template for results that are not plain)."""
     return unflatten(spec, outputs)["output"]
