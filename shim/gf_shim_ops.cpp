@@ -46,9 +46,8 @@ std::atomic<const gf_backend *> backend_for_new_runners{nullptr};
   TORCH_CHECK(false, message);
 }
 
-// Borrowed descriptors of the tensors: each handle points at the caller's tensor, which outlives
-// the call, except for non-contiguous ones (the replay path copies raw bytes), whose contiguous
-// copies `dense` keeps alive for the call. No reference is taken for contiguous tensors.
+// Borrowed descriptors of the tensors (see describe_dense), after checking each is defined and
+// has at most GF_MAX_DIMS dimensions. No reference is taken for contiguous tensors.
 std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at::Tensor> &dense) {
   dense.clear();
   dense.reserve(tensors.size()); // never reallocates below: handles point into it
@@ -64,13 +63,7 @@ std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at:
                                               i, static_cast<long long>(tensor.dim()),
                                               static_cast<int>(GF_MAX_DIMS)));
     }
-    const at::Tensor *view = &tensor;
-    if (!tensor.is_contiguous()) {
-      dense.push_back(tensor.contiguous());
-      view = &dense.back();
-    }
-    described[i] = describe_tensor(*view, false);
-    described[i].handle = const_cast<at::Tensor *>(view);
+    described[i] = describe_dense(tensor, dense);
   }
   return described;
 }

@@ -79,11 +79,11 @@ extern "C" gf_status gf_shim_python_call(int64_t runner_id,
     std::vector<at::Tensor> dense;
     dense.reserve(input_count); // never reallocates below: handles point into it
     for (size_t i = 0; i < input_count; ++i) {
-      // torch keeps contiguity as a flag: cheaper than recomputing it from the strides.
-      if (!graphed::tensor_of_handle(inputs[i].handle).is_contiguous()) {
-        dense.push_back(graphed::tensor_of_handle(inputs[i].handle).contiguous());
-        inputs[i] = graphed::describe_tensor(dense.back(), false);
-        inputs[i].handle = &dense.back();
+      // The walk described every tensor already; only a non-contiguous one (torch keeps
+      // contiguity as a flag) is described again, as its contiguous copy.
+      const at::Tensor &tensor = graphed::tensor_of_handle(inputs[i].handle);
+      if (!tensor.is_contiguous()) {
+        inputs[i] = graphed::describe_dense(tensor, dense);
       }
     }
     gf_call_options options{pin, static_outputs};

@@ -22,6 +22,17 @@ gf_tensor describe_tensor(const at::Tensor &t, bool owned) {
   return d;
 }
 
+gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense) {
+  const at::Tensor *view = &t;
+  if (!t.is_contiguous()) {
+    dense.push_back(t.contiguous());
+    view = &dense.back();
+  }
+  gf_tensor described = describe_tensor(*view, false);
+  described.handle = const_cast<at::Tensor *>(view);
+  return described;
+}
+
 const at::Tensor &tensor_of_handle(void *handle) { return *static_cast<at::Tensor *>(handle); }
 
 at::Tensor take_handle(void *handle) {

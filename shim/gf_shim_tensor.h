@@ -3,6 +3,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 extern "C" {
 #include "gf_tensor.h"
 }
@@ -12,6 +14,11 @@ namespace graphed {
 // A descriptor of t; handle is NULL (borrowed) unless owned is true, in which case it owns a new
 // reference to t that release_handle frees.
 gf_tensor describe_tensor(const at::Tensor &t, bool owned);
+
+// A borrowed descriptor of t for a call into the core, which copies raw bytes: t itself when it
+// is contiguous, else a contiguous copy appended to dense, which keeps it alive for the call. The
+// caller reserves dense so that it never reallocates (handles point into it).
+gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense);
 
 // The tensor a handle owns.
 const at::Tensor &tensor_of_handle(void *handle);
