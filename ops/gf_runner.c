@@ -238,7 +238,6 @@ static gf_status gf_runner_replay(gf_runner *runner, gf_entry *entry, const gf_t
                                   size_t count, const gf_call_options *options, gf_pool *results,
                                   gf_error *err) {
   const size_t output_count = entry->static_outputs.count;
-  const size_t results_before = results->count;
   gf_status status = gf_runner_reserve_copies(runner, count + output_count, err);
   if (status != GF_OK) {
     return status;
@@ -268,8 +267,7 @@ static gf_status gf_runner_replay(gf_runner *runner, gf_entry *entry, const gf_t
     }
   }
   if (status != GF_OK) {
-    gf_pool_truncate(results, results_before, gf_runner_release_handle, runner);
-    return status;
+    return status; /* gf_runner_call releases the outputs this call appended */
   }
   entry->replays++;
   runner->replays++;
