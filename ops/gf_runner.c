@@ -492,6 +492,18 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
     return status;
   }
   for (size_t i = 0; i < input_count; ++i) {
+    /* A graph reads its inputs from the runner's device: an input elsewhere would be copied by a
+     * device kernel from an address it cannot read, or baked in as a capture-time value. */
+    const int other_type = inputs[i].device_type != runner->config.device_type;
+    const int other_index =
+        runner->config.device_index >= 0 && inputs[i].device_index != runner->config.device_index;
+    if (other_type || other_index) {
+      return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
+                          "graphed: input tensor %zu is not on the runner's device (device %d:%d, "
+                          "the runner's %d:%d); move it to the runner's device",
+                          i, (int)inputs[i].device_type, (int)inputs[i].device_index,
+                          runner->config.device_type, runner->config.device_index);
+    }
     if (!gf_tensor_is_contiguous(&inputs[i])) {
       return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
                           "graphed: input tensor %zu reached the core non-contiguous; the caller "

@@ -895,6 +895,26 @@ TEST_F(Runner, NonContiguousInputIsAnInvalidArgument) {
   EXPECT_EQ(Stats().eager_calls, 0u);
 }
 
+TEST_F(Runner, InputOnAnotherDeviceIsAnInvalidArgument) {
+  Create();
+  Inputs inputs = MakeInputs(2, {3}, 1.0f);
+  std::vector<gf_tensor> elsewhere = {inputs.views[0], inputs.views[1]};
+  elsewhere[1].device_index = 1; // the runner captures on index 0
+  Result result = Call(elsewhere);
+  EXPECT_EQ(result.status, GF_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(result.message, "input tensor 1")) << result.message;
+  EXPECT_TRUE(Contains(result.message, "runner's device")) << result.message;
+  elsewhere[1] = inputs.views[1];
+  elsewhere[0].device_type = GF_FAKE_DEVICE_TYPE + 1;
+  result = Call(elsewhere);
+  EXPECT_EQ(result.status, GF_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(result.message, "input tensor 0")) << result.message;
+  EXPECT_TRUE(Log().empty());
+  EXPECT_EQ(Stats().enabled, 1) << "a bad input is the caller's error, not the runner's";
+  CallExpectingCorrect(inputs); // and the runner still captures and replays
+  EXPECT_EQ(Stats().captures, 1u);
+}
+
 TEST_F(Runner, TooManyDimensionsIsAnInvalidArgument) {
   Create();
   Inputs inputs = MakeInputs(1, {1}, 1.0f);

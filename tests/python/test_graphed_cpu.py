@@ -427,3 +427,18 @@ def test_threads_sharing_a_runner_neither_deadlock_nor_mix_calls(path):
     stats = gf.stats()
     assert stats["enabled"], stats["disabled_reason"]
     assert (stats["captures"], stats["replays"]) == (3, 3 * calls)
+
+
+def test_input_on_another_device_is_a_value_error_and_the_runner_stays_usable():
+    torch.ops.graphed.use_backend("emulated")
+    try:
+        gf = GraphedForward(SleepyScale(), device="cpu")
+    finally:
+        torch.ops.graphed.use_backend("default")
+    with pytest.raises(ValueError, match="input tensor 0 is not on the runner's device"):
+        gf(x=torch.empty(2, 2, device="meta"), scale=2.0)
+    x = torch.randn(2, 2)
+    torch.testing.assert_close(gf(x=x, scale=2.0), x * 2, rtol=0, atol=0)
+    stats = gf.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert stats["captures"] == 1
