@@ -1,6 +1,7 @@
-/* A backend is a table of device hooks, filled once when the library loads (CUDA, then Level Zero,
- * then none). Keying, pools, replay order, LRU and agreement live once in the core; a backend only
- * knows how to stream, capture, copy and launch on its device. Every hook returns a status; none
+/* A backend is a table of device hooks. Keying, pools, replay order, LRU and agreement live once
+ * in the core; a backend only knows how to stream, capture, copy and launch on its device. The
+ * layer above registers each backend it was built with (gf_backend_registry.h) when the library
+ * loads; the core never names one. Every hook returns a status; none
  * may abort. `state` is the per-runner object made by runner_create (streams, the graph pool). */
 #ifndef GF_BACKEND_H
 #define GF_BACKEND_H
@@ -69,17 +70,6 @@ typedef struct gf_backend {
 } gf_backend;
 
 enum { GF_COPY_INPUTS = 0, GF_COPY_OUTPUTS = 1 };
-
-/* The backend chosen when the library loaded, never NULL (the "none" backend at worst), and the
- * sentence that says why it was chosen. */
-const gf_backend *gf_backend_current(void);
-const char *gf_backend_choice_reason(void);
-
-/* Runs the load-time choice again (tests use it after changing the environment). */
-void gf_backend_choose(void);
-
-/* The backend that supports nothing: every call runs eager. */
-const gf_backend *gf_backend_none(void);
 
 #ifdef __cplusplus
 }

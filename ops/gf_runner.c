@@ -2,6 +2,8 @@
  * miss, driven through the backend's device hooks and the host's tensor hooks. */
 #include "gf_runner.h"
 
+#include "gf_backend_registry.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -18,7 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "gf_shim_python.h"
+#include "gf_fastcall_torch.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -109,7 +109,7 @@ static gf_walk_result gf_walk_add_tensor(gf_walk *walk, PyObject *tensor) {
     walk->tensors = grown;
     walk->tensor_capacity = capacity;
   }
-  if (gf_shim_python_describe(tensor, &walk->tensors[walk->tensor_count]) != 0) {
+  if (gf_fastcall_torch_describe(tensor, &walk->tensors[walk->tensor_count]) != 0) {
     return GF_WALK_UNSUPPORTED; /* too many dimensions: the Python path says so */
   }
   walk->tensor_count++;
@@ -186,7 +186,7 @@ static gf_walk_result gf_walk_value(gf_walk *walk, PyObject *value, int depth) {
     }
     return GF_WALK_OK;
   }
-  if (gf_shim_python_is_plain_tensor(value)) {
+  if (gf_fastcall_torch_is_plain_tensor(value)) {
     return gf_walk_add_tensor(walk, value);
   }
   return gf_walk_leaf(walk, value);
@@ -276,17 +276,18 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, PyObject 
   }
   for (Py_ssize_t i = 0; i < held_count; ++i) {
     PyObject *item = PyList_GET_ITEM(keep_alive, i);
-    if (!gf_shim_python_is_plain_tensor(item) || gf_shim_python_describe(item, &held[i]) != 0) {
+    if (!gf_fastcall_torch_is_plain_tensor(item) ||
+        gf_fastcall_torch_describe(item, &held[i]) != 0) {
       free(held);
       return gf_error_set(err, GF_ERR_TYPE, "graphed: keep_alive item %zd is not a plain tensor",
                           i);
     }
   }
   gf_calls_in_flight++;
-  gf_shim_python_call_in_flight call = {state, kwargs, key};
-  gf_status status = gf_shim_python_call(runner_id, &call, walk->key, walk->key_length,
-                                         walk->tensors, walk->tensor_count, held,
-                                         (size_t)held_count, pin, static_outputs, outputs, err);
+  gf_fastcall_in_flight call = {state, kwargs, key};
+  gf_status status = gf_fastcall_torch_call(runner_id, &call, walk->key, walk->key_length,
+                                            walk->tensors, walk->tensor_count, held,
+                                            (size_t)held_count, pin, static_outputs, outputs, err);
   gf_calls_in_flight--;
   free(held);
   return status;
@@ -349,7 +350,7 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, PyObject 
                                          static_outputs, &outputs, &err);
   PyObject *rebuilt = NULL;
   if (status != GF_OK) {
-    gf_shim_python_raise(status, &err);
+    gf_fastcall_torch_raise(status, &err);
   } else {
     rebuilt = gf_fast_outputs(state, key, outputs);
   }

@@ -2,7 +2,7 @@
 // what torch throws and turns it into a status: no exception crosses into the C core.
 #include "gf_shim_host.h"
 
-#include "gf_shim_errors.h"
+#include "gf_torch_errors.h"
 
 #include "gf_shim_tensor.h"
 

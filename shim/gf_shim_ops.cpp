@@ -11,19 +11,19 @@
 //   destroy(int runner) -> ()
 //   backend() -> str[]                          the backend chosen at load and why
 //   entry_replays(int runner, str key, Tensor[] inputs) -> int
-//   use_backend(str name) -> ()                 "default", or a test backend ("emulated",
-//                                               "emulated_fail_capture") for later runners
-#include "gf_shim_errors.h"
+//   use_backend(str name) -> ()                 "default", or any registered backend by name
+//                                               (tests use "emulated", "emulated_fail_capture")
+//                                               for later runners
 #include "gf_shim_host.h"
 #include "gf_shim_registry.h"
 #include "gf_shim_tensor.h"
+#include "gf_torch_errors.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
 extern "C" {
-#include "gf_backend.h"
-#include "gf_emulated_backend.h"
+#include "gf_backend_registry.h"
 #include "gf_runner.h"
 }
 
@@ -178,14 +178,16 @@ int64_t entry_replays_op(int64_t runner_id, c10::string_view key, at::TensorList
 void use_backend_op(c10::string_view name) {
   if (name == "default") {
     backend_for_new_runners.store(nullptr);
-  } else if (name == "emulated") {
-    backend_for_new_runners.store(gf_emulated_backend(0));
-  } else if (name == "emulated_fail_capture") {
-    backend_for_new_runners.store(gf_emulated_backend(1));
-  } else {
-    TORCH_CHECK_VALUE(false, "graphed: unknown backend '", std::string(name),
-                      "'; expected 'default', 'emulated' or 'emulated_fail_capture'");
+    return;
   }
+  char why[512] = "";
+  const gf_backend *found = gf_backend_find(std::string(name).c_str(), why, sizeof why);
+  if (found == nullptr) {
+    TORCH_CHECK_VALUE(false, format_message("graphed: cannot use backend '%s': %s; 'default' "
+                                            "returns to the one chosen at load",
+                                            std::string(name).c_str(), why));
+  }
+  backend_for_new_runners.store(found);
 }
 
 } // namespace
@@ -207,10 +209,3 @@ TORCH_LIBRARY(graphed, m) {
   m.def("entry_replays(int runner, str key, Tensor[] inputs) -> int", &graphed::entry_replays_op);
   m.def("use_backend(str name) -> ()", &graphed::use_backend_op);
 }
-
-// The backend is chosen when the library loads.
-namespace {
-struct ChooseBackendAtLoad {
-  ChooseBackendAtLoad() { gf_backend_choose(); }
-} choose_backend_at_load;
-} // namespace

@@ -1,7 +1,7 @@
 // The runner table (see gf_shim_registry.h).
 #include "gf_shim_registry.h"
 
-#include "gf_shim_errors.h"
+#include "gf_torch_errors.h"
 
 #include <c10/util/Exception.h>
 

@@ -1,39 +1,27 @@
-/* The CUDA backend: the device hooks of gf_backend.h for CUDA. Capture, streams and sync-debug go
- * through the shim (torch's CUDA graph object and its streams); the batched copy is our own kernel,
- * recorded into each graph as an input node and an output node whose copy tables every replay
- * rewrites, so that a replay is one graph launch whatever the number of tensors.
- * The load-time probe only asks whether the CUDA driver library is installed: it creates no
- * context, so a process that forks before touching CUDA is unaffected. */
-#include "gf_backend.h"
-#include "gf_backend_probes.h"
+/* The CUDA backend's table and the hooks that need no libtorch: runner state, the copy nodes
+ * (our own kernel, recorded into each graph as an input node and an output node whose copy tables
+ * every replay rewrites, so that a replay is one graph launch whatever the number of tensors),
+ * the graph object and the load-time probe. Streams, sync-debug and torch's CUDA graph object are
+ * the torch half's (gf_cuda_torch.h); its hook-shaped functions sit in the table directly. */
+#include "gf_cuda_backend.h"
 #include "gf_cuda_copy.h"
-#include "gf_shim_cuda.h"
+#include "gf_cuda_torch.h"
 
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Per runner: the shim's state, and which copy nodes the capture in progress recorded. */
-typedef struct gf_cuda_runner {
-  gf_shim_cuda_runner *shim;
-  int recorded[2];
-} gf_cuda_runner;
-
 /* A captured graph: torch's graph object, its executable and its copy nodes. */
 typedef struct gf_cuda_graph {
-  void *torch_graph;
-  void *exec;
+  gf_cuda_torch_graph *torch_graph;
+  cudaGraphExec_t exec;
   int has_copy_nodes;
   gf_cuda_copy_node copy_nodes[2];
 } gf_cuda_graph;
 
-static gf_shim_cuda_runner *gf_shim_of(void *state) { return ((gf_cuda_runner *)state)->shim; }
-
-static int gf_cuda_graphs_supported(void *context, int device_type, int device_index, char *why,
-                                    size_t why_capacity) {
-  (void)context;
-  return gf_shim_cuda_graphs_supported(device_type, device_index, why, why_capacity);
+static cudaStream_t gf_cuda_current_stream(void *state) {
+  return gf_cuda_torch_current_stream(((gf_cuda_runner *)state)->torch);
 }
 
 static gf_status gf_cuda_runner_create(void *context, int device_index, void **state,
@@ -43,7 +31,7 @@ static gf_status gf_cuda_runner_create(void *context, int device_index, void **s
   if (runner == NULL) {
     return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for a CUDA runner");
   }
-  gf_status status = gf_shim_cuda_runner_create(device_index, &runner->shim, err);
+  gf_status status = gf_cuda_torch_runner_create(device_index, &runner->torch, err);
   if (status != GF_OK) {
     free(runner);
     return status;
@@ -54,46 +42,25 @@ static gf_status gf_cuda_runner_create(void *context, int device_index, void **s
 
 static void gf_cuda_runner_destroy(void *context, void *state) {
   (void)context;
-  gf_shim_cuda_runner_destroy(gf_shim_of(state));
+  gf_cuda_torch_runner_destroy(((gf_cuda_runner *)state)->torch);
   free(state);
 }
 
 static int gf_cuda_outer_capture_active(void *context, void *state) {
   (void)context;
   enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(gf_shim_cuda_current_stream(gf_shim_of(state)), &capture) !=
-      cudaSuccess) {
+  if (cudaStreamIsCapturing(gf_cuda_current_stream(state), &capture) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
   return capture != cudaStreamCaptureStatusNone;
 }
 
-static gf_status gf_cuda_sync_probe_begin(void *context, void *state, gf_error *err) {
-  (void)context;
-  return gf_shim_cuda_sync_probe_begin(gf_shim_of(state), err);
-}
-
-static gf_status gf_cuda_sync_probe_end(void *context, void *state, gf_error *err) {
-  (void)context;
-  return gf_shim_cuda_sync_probe_end(gf_shim_of(state), err);
-}
-
-static gf_status gf_cuda_warmup_begin(void *context, void *state, gf_error *err) {
-  (void)context;
-  return gf_shim_cuda_side_stream_begin(gf_shim_of(state), err);
-}
-
-static gf_status gf_cuda_warmup_end(void *context, void *state, gf_error *err) {
-  (void)context;
-  return gf_shim_cuda_side_stream_end(gf_shim_of(state), err);
-}
-
 static gf_status gf_cuda_capture_begin(void *context, void *state, gf_error *err) {
   (void)context;
   gf_cuda_runner *runner = state;
   runner->recorded[0] = runner->recorded[1] = 0;
-  return gf_shim_cuda_capture_begin(runner->shim, err);
+  return gf_cuda_torch_capture_begin(runner->torch, err);
 }
 
 static gf_status gf_cuda_capture_copy_node(void *context, void *state, int role,
@@ -105,7 +72,7 @@ static gf_status gf_cuda_capture_copy_node(void *context, void *state, int role,
   if (count == 0 || count > GF_CUDA_COPIES_PER_LAUNCH || (role != 0 && role != 1)) {
     return GF_OK; /* replays of this graph copy with separate launches */
   }
-  int error = gf_cuda_copy_record(role, copies, count, gf_shim_cuda_current_stream(runner->shim));
+  int error = gf_cuda_copy_record(role, copies, count, gf_cuda_current_stream(runner));
   if (error != 0) {
     return gf_error_set(err, GF_ERR_BACKEND, "graphed: recording a copy node failed: %s",
                         gf_cuda_error_string(error));
@@ -117,7 +84,7 @@ static gf_status gf_cuda_capture_copy_node(void *context, void *state, int role,
 
 /* Finds the copy nodes the capture recorded; a graph without them replays unfolded. */
 static void gf_cuda_find_copy_nodes(gf_cuda_graph *graph, const gf_cuda_runner *runner) {
-  void *raw = gf_shim_cuda_graph_raw(graph->torch_graph);
+  cudaGraph_t raw = gf_cuda_torch_graph_raw(graph->torch_graph);
   if (raw == NULL || graph->exec == NULL || !runner->recorded[0] || !runner->recorded[1]) {
     return;
   }
@@ -131,18 +98,18 @@ static gf_status gf_cuda_capture_end(void *context, void *state, int ok, void **
   (void)context;
   gf_cuda_runner *runner = state;
   *graph = NULL;
-  void *torch_graph = NULL;
-  gf_status status = gf_shim_cuda_capture_end(runner->shim, ok, &torch_graph, err);
+  gf_cuda_torch_graph *torch_graph = NULL;
+  gf_status status = gf_cuda_torch_capture_end(runner->torch, ok, &torch_graph, err);
   if (status != GF_OK || torch_graph == NULL) {
     return status;
   }
   gf_cuda_graph *captured = calloc(1, sizeof *captured);
   if (captured == NULL) {
-    gf_shim_cuda_graph_release(torch_graph);
+    gf_cuda_torch_graph_release(torch_graph);
     return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for a CUDA graph");
   }
   captured->torch_graph = torch_graph;
-  captured->exec = gf_shim_cuda_graph_exec(torch_graph);
+  captured->exec = gf_cuda_torch_graph_exec(torch_graph);
   gf_cuda_find_copy_nodes(captured, runner);
   *graph = captured;
   return GF_OK;
@@ -151,7 +118,7 @@ static gf_status gf_cuda_capture_end(void *context, void *state, int ok, void **
 static gf_status gf_cuda_copy_batch_hook(void *context, void *state, const gf_copy *copies,
                                          size_t count, gf_error *err) {
   (void)context;
-  int error = gf_cuda_copy_batch(copies, count, gf_shim_cuda_current_stream(gf_shim_of(state)));
+  int error = gf_cuda_copy_batch(copies, count, gf_cuda_current_stream(state));
   if (error != 0) {
     return gf_error_set(err, GF_ERR_BACKEND, "graphed: the batched copy failed to launch: %s",
                         gf_cuda_error_string(error));
@@ -162,7 +129,7 @@ static gf_status gf_cuda_copy_batch_hook(void *context, void *state, const gf_co
 static gf_status gf_cuda_launch(void *context, void *state, void *graph, gf_error *err) {
   (void)context;
   (void)state;
-  return gf_shim_cuda_graph_replay(((gf_cuda_graph *)graph)->torch_graph, err);
+  return gf_cuda_torch_graph_replay(((gf_cuda_graph *)graph)->torch_graph, err);
 }
 
 static gf_status gf_cuda_launch_folded(void *context, void *state, void *graph,
@@ -189,21 +156,21 @@ static gf_status gf_cuda_launch_folded(void *context, void *state, void *graph,
 static void gf_cuda_release_graph(void *context, void *state, void *graph) {
   (void)context;
   (void)state;
-  gf_shim_cuda_graph_release(((gf_cuda_graph *)graph)->torch_graph);
+  gf_cuda_torch_graph_release(((gf_cuda_graph *)graph)->torch_graph);
   free(graph);
 }
 
 static const gf_backend gf_cuda_backend = {
     .name = "cuda",
     .context = NULL,
-    .graphs_supported = gf_cuda_graphs_supported,
+    .graphs_supported = gf_cuda_torch_graphs_supported,
     .runner_create = gf_cuda_runner_create,
     .runner_destroy = gf_cuda_runner_destroy,
     .outer_capture_active = gf_cuda_outer_capture_active,
-    .sync_probe_begin = gf_cuda_sync_probe_begin,
-    .sync_probe_end = gf_cuda_sync_probe_end,
-    .warmup_begin = gf_cuda_warmup_begin,
-    .warmup_end = gf_cuda_warmup_end,
+    .sync_probe_begin = gf_cuda_torch_sync_probe_begin,
+    .sync_probe_end = gf_cuda_torch_sync_probe_end,
+    .warmup_begin = gf_cuda_torch_side_stream_begin,
+    .warmup_end = gf_cuda_torch_side_stream_end,
     .capture_begin = gf_cuda_capture_begin,
     .capture_end = gf_cuda_capture_end,
     .copy_batch = gf_cuda_copy_batch_hook,

@@ -136,13 +136,12 @@ int update(cudaGraphExec_t exec, const gf_cuda_copy_node *node, const void *kern
 
 } // namespace
 
-extern "C" int gf_cuda_copy_batch(const gf_copy *copies, size_t count, void *stream) {
+extern "C" int gf_cuda_copy_batch(const gf_copy *copies, size_t count, cudaStream_t stream) {
   for (size_t first = 0; first < count; first += GF_CUDA_COPIES_PER_LAUNCH) {
     const size_t chunk = count - first < GF_CUDA_COPIES_PER_LAUNCH
                              ? count - first
                              : static_cast<size_t>(GF_CUDA_COPIES_PER_LAUNCH);
-    int error =
-        launch_sized<kPlainLaunch>(copies + first, chunk, static_cast<cudaStream_t>(stream));
+    int error = launch_sized<kPlainLaunch>(copies + first, chunk, stream);
     if (error != 0) {
       return error;
     }
@@ -150,18 +149,17 @@ extern "C" int gf_cuda_copy_batch(const gf_copy *copies, size_t count, void *str
   return 0;
 }
 
-extern "C" int gf_cuda_copy_record(int role, const gf_copy *copies, size_t count, void *stream) {
+extern "C" int gf_cuda_copy_record(int role, const gf_copy *copies, size_t count,
+                                   cudaStream_t stream) {
   if (count == 0 || count > GF_CUDA_COPIES_PER_LAUNCH) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  cudaStream_t on = static_cast<cudaStream_t>(stream);
-  return role == GF_COPY_INPUTS ? launch_sized<GF_COPY_INPUTS>(copies, count, on)
-                                : launch_sized<GF_COPY_OUTPUTS>(copies, count, on);
+  return role == GF_COPY_INPUTS ? launch_sized<GF_COPY_INPUTS>(copies, count, stream)
+                                : launch_sized<GF_COPY_OUTPUTS>(copies, count, stream);
 }
 
-extern "C" int gf_cuda_copy_find_node(void *graph, int role, gf_cuda_copy_node *found) {
+extern "C" int gf_cuda_copy_find_node(cudaGraph_t raw, int role, gf_cuda_copy_node *found) {
   size_t count = 0;
-  cudaGraph_t raw = static_cast<cudaGraph_t>(graph);
   cudaError_t error = cudaGraphGetNodes(raw, nullptr, &count);
   if (error != cudaSuccess) {
     return -static_cast<int>(error);
@@ -195,12 +193,11 @@ extern "C" int gf_cuda_copy_find_node(void *graph, int role, gf_cuda_copy_node *
   return result;
 }
 
-extern "C" int gf_cuda_copy_update(void *exec, const gf_cuda_copy_node *node, const gf_copy *copies,
-                                   size_t count) {
+extern "C" int gf_cuda_copy_update(cudaGraphExec_t raw, const gf_cuda_copy_node *node,
+                                   const gf_copy *copies, size_t count) {
   if (count != node->grid_y) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
-  cudaGraphExec_t raw = static_cast<cudaGraphExec_t>(exec);
   switch (node->table_size) {
   case kSmallTable:
     return update<kSmallTable>(raw, node, node->kernel, copies, count);

@@ -7,6 +7,8 @@
 
 #include "gf_backend.h"
 
+#include <cuda_runtime_api.h>
+
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -17,27 +19,27 @@ enum { GF_CUDA_COPIES_PER_LAUNCH = 128 };
 
 /* A copy node found in a captured graph. */
 typedef struct gf_cuda_copy_node {
-  void *node;         /* cudaGraphNode_t */
+  cudaGraphNode_t node;
   const void *kernel; /* the kernel it runs */
   int table_size;
   unsigned grid_x;
   unsigned grid_y;
 } gf_cuda_copy_node;
 
-/* Launches the copies on stream (a cudaStream_t). Returns 0 or the cudaError_t of the launch. */
-int gf_cuda_copy_batch(const gf_copy *copies, size_t count, void *stream);
+/* Launches the copies on stream. Returns 0 or the cudaError_t of the launch. */
+int gf_cuda_copy_batch(const gf_copy *copies, size_t count, cudaStream_t stream);
 
 /* Launches, into the capture in progress on stream, the copy node of `role` (GF_COPY_INPUTS or
  * GF_COPY_OUTPUTS); count must be at most GF_CUDA_COPIES_PER_LAUNCH. 0 or a cudaError_t. */
-int gf_cuda_copy_record(int role, const gf_copy *copies, size_t count, void *stream);
+int gf_cuda_copy_record(int role, const gf_copy *copies, size_t count, cudaStream_t stream);
 
-/* Finds the copy node of `role` in a captured graph (a cudaGraph_t): 1 found, 0 not found, or a
+/* Finds the copy node of `role` in a captured graph: 1 found, 0 not found, or a
  * negated cudaError_t. */
-int gf_cuda_copy_find_node(void *graph, int role, gf_cuda_copy_node *found);
+int gf_cuda_copy_find_node(cudaGraph_t graph, int role, gf_cuda_copy_node *found);
 
-/* Rewrites the table of a found node in an instantiated graph (a cudaGraphExec_t); the next
+/* Rewrites the table of a found node in an instantiated graph; the next
  * launch copies these. count must be the count recorded. 0 or a cudaError_t. */
-int gf_cuda_copy_update(void *exec, const gf_cuda_copy_node *node, const gf_copy *copies,
+int gf_cuda_copy_update(cudaGraphExec_t exec, const gf_cuda_copy_node *node, const gf_copy *copies,
                         size_t count);
 
 /* The message of a cudaError_t. */

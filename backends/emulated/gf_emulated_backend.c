@@ -105,6 +105,14 @@ static int gf_emulated_failing_marker;
 GF_EMULATED_BACKEND(gf_emulated_ok, "emulated", NULL);
 GF_EMULATED_BACKEND(gf_emulated_failing, "emulated_fail_capture", &gf_emulated_failing_marker);
 
-const gf_backend *gf_emulated_backend(int fail_capture) {
-  return fail_capture ? &gf_emulated_failing : &gf_emulated_ok;
+const gf_backend *gf_emulated_backend_probe(char *why, size_t why_capacity) {
+  (void)why;
+  (void)why_capacity;
+  return &gf_emulated_ok;
+}
+
+const gf_backend *gf_emulated_failing_backend_probe(char *why, size_t why_capacity) {
+  (void)why;
+  (void)why_capacity;
+  return &gf_emulated_failing;
 }

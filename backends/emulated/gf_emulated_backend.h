@@ -8,11 +8,16 @@
 
 #include "gf_backend.h"
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-const gf_backend *gf_emulated_backend(int fail_capture);
+/* Probes for the backend registry (by name only: never chosen at load): "emulated" and
+ * "emulated_fail_capture" always answer with their tables. */
+const gf_backend *gf_emulated_backend_probe(char *why, size_t why_capacity);
+const gf_backend *gf_emulated_failing_backend_probe(char *why, size_t why_capacity);
 
 #ifdef __cplusplus
 }

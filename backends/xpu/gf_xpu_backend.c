@@ -4,9 +4,9 @@
  *
  * Capture and replay through Level Zero command lists are not built yet: a runner on an XPU
  * device is created disabled with a reason that says so, and its calls run eager. The hooks that
- * capture would need are the same table as CUDA's (gf_backend.h). */
-#include "gf_backend.h"
-#include "gf_backend_probes.h"
+ * capture would need are the same table as CUDA's (gf_backend.h); a table whose
+ * graphs_supported refuses needs no other hook. */
+#include "gf_xpu_backend.h"
 
 #include <level_zero/ze_api.h>
 
@@ -27,9 +27,11 @@ static int gf_xpu_graphs_supported(void *context, int device_type, int device_in
   return 0;
 }
 
-/* The table is the none backend's (every device hook refuses) with this backend's name and
- * answer to graphs_supported. */
-static gf_backend gf_xpu_backend;
+static const gf_backend gf_xpu_backend = {
+    .name = "xpu",
+    .context = NULL,
+    .graphs_supported = gf_xpu_graphs_supported,
+};
 
 const gf_backend *gf_xpu_backend_probe(char *why, size_t why_capacity) {
   void *loader = dlopen("libze_loader.so.1", RTLD_LAZY | RTLD_LOCAL);
@@ -44,9 +46,6 @@ const gf_backend *gf_xpu_backend_probe(char *why, size_t why_capacity) {
     dlclose(loader);
     return NULL;
   }
-  gf_xpu_backend = *gf_backend_none();
-  gf_xpu_backend.name = "xpu";
-  gf_xpu_backend.graphs_supported = gf_xpu_graphs_supported;
   ze_result_t result = ze_init(ZE_INIT_FLAG_GPU_ONLY);
   uint32_t drivers = 0;
   if (result == ZE_RESULT_SUCCESS) {

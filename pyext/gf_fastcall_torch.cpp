@@ -1,7 +1,7 @@
-// The libtorch side of the CPython entry point (see gf_shim_python.h).
-#include "gf_shim_python.h"
+// The libtorch side of the CPython entry point (see gf_fastcall_torch.h).
+#include "gf_fastcall_torch.h"
 
-#include "gf_shim_errors.h"
+#include "gf_torch_errors.h"
 
 #include "gf_shim_registry.h"
 #include "gf_shim_tensor.h"
@@ -12,11 +12,11 @@
 #include <exception>
 #include <vector>
 
-extern "C" int gf_shim_python_is_plain_tensor(PyObject *obj) {
+extern "C" int gf_fastcall_torch_is_plain_tensor(PyObject *obj) {
   return THPVariable_CheckExact(obj) ? 1 : 0;
 }
 
-extern "C" int gf_shim_python_describe(PyObject *obj, gf_tensor *out) {
+extern "C" int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out) {
   const at::Tensor &tensor = THPVariable_Unpack(obj);
   if (tensor.dim() > GF_MAX_DIMS) {
     return -1;
@@ -41,7 +41,7 @@ std::unique_lock<std::recursive_mutex> lock_runner(graphed::RunnerSlot &slot) {
 // Sets state[0] and state[1] for the call in flight and puts the previous values back on exit.
 class CallInFlight {
 public:
-  explicit CallInFlight(const gf_shim_python_call_in_flight *call) : state_(call->state) {
+  explicit CallInFlight(const gf_fastcall_in_flight *call) : state_(call->state) {
     outer_kwargs_ = PyList_GET_ITEM(state_, 0);
     outer_key_ = PyList_GET_ITEM(state_, 1);
     Py_INCREF(outer_kwargs_);
@@ -66,12 +66,11 @@ private:
 
 } // namespace
 
-extern "C" gf_status gf_shim_python_call(int64_t runner_id,
-                                         const gf_shim_python_call_in_flight *call, const void *key,
-                                         size_t key_length, gf_tensor *inputs, size_t input_count,
-                                         const gf_tensor *keep_alive, size_t keep_alive_count,
-                                         int pin, int static_outputs, PyObject **outputs,
-                                         gf_error *err) {
+extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, const gf_fastcall_in_flight *call,
+                                            const void *key, size_t key_length, gf_tensor *inputs,
+                                            size_t input_count, const gf_tensor *keep_alive,
+                                            size_t keep_alive_count, int pin, int static_outputs,
+                                            PyObject **outputs, gf_error *err) {
   *outputs = nullptr;
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
@@ -113,7 +112,7 @@ extern "C" gf_status gf_shim_python_call(int64_t runner_id,
   }
 }
 
-extern "C" PyObject *gf_shim_python_raise(gf_status status, const gf_error *err) {
+extern "C" PyObject *gf_fastcall_torch_raise(gf_status status, const gf_error *err) {
   if (PyErr_Occurred()) {
     return nullptr;
   }

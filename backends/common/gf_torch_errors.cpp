@@ -1,5 +1,5 @@
-// Errors in the shim (see gf_shim_errors.h).
-#include "gf_shim_errors.h"
+// Errors on the torch side (see gf_torch_errors.h).
+#include "gf_torch_errors.h"
 
 #include <c10/util/Exception.h>
 

@@ -1,7 +1,7 @@
-// The torch-side CUDA services for backends/cuda (see gf_shim_cuda.h).
-#include "gf_shim_cuda.h"
+// The torch half of the CUDA backend (see gf_cuda_torch.h).
+#include "gf_cuda_torch.h"
 
-#include "gf_shim_errors.h"
+#include "gf_torch_errors.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -15,17 +15,30 @@
 #include <memory>
 #include <optional>
 
-struct gf_shim_cuda_runner {
+struct gf_cuda_torch_graph {
+  // keep_graph: the cudaGraph_t outlives instantiation, so the backend can find its copy nodes.
+  at::cuda::CUDAGraph graph{/*keep_graph=*/true};
+};
+
+struct gf_cuda_torch_runner {
   c10::DeviceIndex device = 0;
   std::optional<c10::cuda::CUDAStream> side_stream;
   std::optional<c10::cuda::CUDAStream> outer_stream; // current before begin, restored at end
   at::cuda::MempoolId_t pool{0, 0};
   c10::cuda::SyncDebugMode saved_sync_mode = c10::cuda::SyncDebugMode::L_DISABLED;
-  std::unique_ptr<at::cuda::CUDAGraph> capturing;
+  std::unique_ptr<gf_cuda_torch_graph> capturing;
 };
 
-extern "C" int gf_shim_cuda_graphs_supported(int device_type, int device_index, char *why,
-                                             size_t why_capacity) {
+namespace {
+
+gf_cuda_torch_runner *torch_runner_of(void *state) {
+  return static_cast<gf_cuda_runner *>(state)->torch;
+}
+
+} // namespace
+
+extern "C" int gf_cuda_torch_graphs_supported(void *, int device_type, int device_index, char *why,
+                                              size_t why_capacity) {
   try {
     if (device_type != static_cast<int>(c10::DeviceType::CUDA)) {
       std::snprintf(why, why_capacity, "the runner's device is not a CUDA device");
@@ -48,11 +61,11 @@ extern "C" int gf_shim_cuda_graphs_supported(int device_type, int device_index, 
   }
 }
 
-extern "C" gf_status gf_shim_cuda_runner_create(int device_index, gf_shim_cuda_runner **runner,
-                                                gf_error *err) {
+extern "C" gf_status gf_cuda_torch_runner_create(int device_index, gf_cuda_torch_runner **runner,
+                                                 gf_error *err) {
   *runner = nullptr;
   try {
-    auto state = std::make_unique<gf_shim_cuda_runner>();
+    auto state = std::make_unique<gf_cuda_torch_runner>();
     state->device = device_index >= 0 ? static_cast<c10::DeviceIndex>(device_index)
                                       : c10::cuda::current_device();
     c10::cuda::CUDAGuard guard(state->device);
@@ -66,27 +79,28 @@ extern "C" gf_status gf_shim_cuda_runner_create(int device_index, gf_shim_cuda_r
   }
 }
 
-extern "C" void gf_shim_cuda_runner_destroy(gf_shim_cuda_runner *runner) { delete runner; }
+extern "C" void gf_cuda_torch_runner_destroy(gf_cuda_torch_runner *runner) { delete runner; }
 
-extern "C" void *gf_shim_cuda_current_stream(gf_shim_cuda_runner *runner) {
+extern "C" cudaStream_t gf_cuda_torch_current_stream(const gf_cuda_torch_runner *runner) {
   return c10::cuda::getCurrentCUDAStream(runner->device).stream();
 }
 
-extern "C" gf_status gf_shim_cuda_sync_probe_begin(gf_shim_cuda_runner *runner, gf_error *err) {
-  (void)err;
-  auto &state = c10::cuda::warning_state();
-  runner->saved_sync_mode = state.get_sync_debug_mode();
-  state.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+extern "C" gf_status gf_cuda_torch_sync_probe_begin(void *, void *state, gf_error *) {
+  gf_cuda_torch_runner *runner = torch_runner_of(state);
+  auto &warnings = c10::cuda::warning_state();
+  runner->saved_sync_mode = warnings.get_sync_debug_mode();
+  warnings.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
   return GF_OK;
 }
 
-extern "C" gf_status gf_shim_cuda_sync_probe_end(gf_shim_cuda_runner *runner, gf_error *err) {
-  (void)err;
-  c10::cuda::warning_state().set_sync_debug_mode(runner->saved_sync_mode);
+extern "C" gf_status gf_cuda_torch_sync_probe_end(void *, void *state, gf_error *) {
+  c10::cuda::warning_state().set_sync_debug_mode(torch_runner_of(state)->saved_sync_mode);
   return GF_OK;
 }
 
-extern "C" gf_status gf_shim_cuda_side_stream_begin(gf_shim_cuda_runner *runner, gf_error *err) {
+namespace {
+
+gf_status side_stream_begin(gf_cuda_torch_runner *runner, gf_error *err) {
   try {
     c10::cuda::CUDAStream outer = c10::cuda::getCurrentCUDAStream(runner->device);
     at::cuda::CUDAEvent ready;
@@ -101,7 +115,7 @@ extern "C" gf_status gf_shim_cuda_side_stream_begin(gf_shim_cuda_runner *runner,
   }
 }
 
-extern "C" gf_status gf_shim_cuda_side_stream_end(gf_shim_cuda_runner *runner, gf_error *err) {
+gf_status side_stream_end(gf_cuda_torch_runner *runner, gf_error *err) {
   try {
     if (!runner->outer_stream.has_value()) {
       return GF_OK;
@@ -118,37 +132,46 @@ extern "C" gf_status gf_shim_cuda_side_stream_end(gf_shim_cuda_runner *runner, g
   }
 }
 
-extern "C" gf_status gf_shim_cuda_capture_begin(gf_shim_cuda_runner *runner, gf_error *err) {
-  gf_status status = gf_shim_cuda_side_stream_begin(runner, err);
+} // namespace
+
+extern "C" gf_status gf_cuda_torch_side_stream_begin(void *, void *state, gf_error *err) {
+  return side_stream_begin(torch_runner_of(state), err);
+}
+
+extern "C" gf_status gf_cuda_torch_side_stream_end(void *, void *state, gf_error *err) {
+  return side_stream_end(torch_runner_of(state), err);
+}
+
+extern "C" gf_status gf_cuda_torch_capture_begin(gf_cuda_torch_runner *runner, gf_error *err) {
+  gf_status status = side_stream_begin(runner, err);
   if (status != GF_OK) {
     return status;
   }
   try {
-    // keep_graph: the cudaGraph_t outlives instantiation, so the backend can find its copy nodes.
-    runner->capturing = std::make_unique<at::cuda::CUDAGraph>(/*keep_graph=*/true);
-    runner->capturing->capture_begin(runner->pool);
+    runner->capturing = std::make_unique<gf_cuda_torch_graph>();
+    runner->capturing->graph.capture_begin(runner->pool);
     return GF_OK;
   } catch (...) {
     runner->capturing.reset();
     status = graphed::status_of_current_exception(
         err, "graphed: beginning the CUDA graph capture failed");
-    gf_shim_cuda_side_stream_end(runner, nullptr);
+    side_stream_end(runner, nullptr);
     return status;
   }
 }
 
-extern "C" gf_status gf_shim_cuda_capture_end(gf_shim_cuda_runner *runner, int ok, void **graph,
-                                              gf_error *err) {
+extern "C" gf_status gf_cuda_torch_capture_end(gf_cuda_torch_runner *runner, int ok,
+                                               gf_cuda_torch_graph **graph, gf_error *err) {
   *graph = nullptr;
   gf_status status = GF_OK;
-  std::unique_ptr<at::cuda::CUDAGraph> captured = std::move(runner->capturing);
+  std::unique_ptr<gf_cuda_torch_graph> captured = std::move(runner->capturing);
   if (captured) {
     try {
       // Ends the capture also after a failed forward, so the stream leaves capture mode; a
       // capture the forward invalidated throws here and is dropped.
-      captured->capture_end();
+      captured->graph.capture_end();
       if (ok) {
-        captured->instantiate();
+        captured->graph.instantiate();
       }
     } catch (...) {
       status = graphed::status_of_current_exception(
@@ -156,7 +179,7 @@ extern "C" gf_status gf_shim_cuda_capture_end(gf_shim_cuda_runner *runner, int o
       captured.reset();
     }
   }
-  gf_status joined = gf_shim_cuda_side_stream_end(runner, status == GF_OK ? err : nullptr);
+  gf_status joined = side_stream_end(runner, status == GF_OK ? err : nullptr);
   if (status == GF_OK) {
     status = joined;
   }
@@ -166,34 +189,34 @@ extern "C" gf_status gf_shim_cuda_capture_end(gf_shim_cuda_runner *runner, int o
   return status;
 }
 
-extern "C" void *gf_shim_cuda_graph_raw(void *graph) {
+extern "C" cudaGraph_t gf_cuda_torch_graph_raw(gf_cuda_torch_graph *graph) {
   try {
-    return static_cast<at::cuda::CUDAGraph *>(graph)->raw_cuda_graph();
+    return graph->graph.raw_cuda_graph();
   } catch (...) {
     return nullptr;
   }
 }
 
-extern "C" void *gf_shim_cuda_graph_exec(void *graph) {
+extern "C" cudaGraphExec_t gf_cuda_torch_graph_exec(gf_cuda_torch_graph *graph) {
   try {
-    return static_cast<at::cuda::CUDAGraph *>(graph)->raw_cuda_graph_exec();
+    return graph->graph.raw_cuda_graph_exec();
   } catch (...) {
     return nullptr;
   }
 }
 
-extern "C" gf_status gf_shim_cuda_graph_replay(void *graph, gf_error *err) {
+extern "C" gf_status gf_cuda_torch_graph_replay(gf_cuda_torch_graph *graph, gf_error *err) {
   try {
-    static_cast<at::cuda::CUDAGraph *>(graph)->replay();
+    graph->graph.replay();
     return GF_OK;
   } catch (...) {
     return graphed::status_of_current_exception(err, "graphed: replaying the CUDA graph failed");
   }
 }
 
-extern "C" void gf_shim_cuda_graph_release(void *graph) {
+extern "C" void gf_cuda_torch_graph_release(gf_cuda_torch_graph *graph) {
   try {
-    delete static_cast<at::cuda::CUDAGraph *>(graph);
+    delete graph;
   } catch (...) {
     // A destructor that throws has nothing left to release.
   }
