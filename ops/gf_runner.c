@@ -52,58 +52,110 @@ static void gf_runner_set_disabled(gf_runner *runner, const char *reason) {
   runner->enabled = 0;
 }
 
+/* The hooks every host must fill. */
+static int gf_host_is_complete(const gf_host *host) {
+  return host != NULL && host->run_forward != NULL && host->release != NULL &&
+         host->clone_static != NULL && host->empty_like != NULL && host->retain != NULL;
+}
+
+/* A backend that says it can capture must fill every device hook the protocol calls, and fold
+ * copies with both folding hooks or neither; NULL when it does, else the missing hook's name. A
+ * backend that refuses in graphs_supported needs no device hook. */
+static const char *gf_backend_missing_device_hook(const gf_backend *backend) {
+  const struct {
+    const void *hook;
+    const char *name;
+  } required[] = {
+      {(const void *)backend->sync_probe_begin, "sync_probe_begin"},
+      {(const void *)backend->sync_probe_end, "sync_probe_end"},
+      {(const void *)backend->warmup_begin, "warmup_begin"},
+      {(const void *)backend->warmup_end, "warmup_end"},
+      {(const void *)backend->capture_begin, "capture_begin"},
+      {(const void *)backend->capture_end, "capture_end"},
+      {(const void *)backend->copy_batch, "copy_batch"},
+      {(const void *)backend->launch, "launch"},
+  };
+  for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i) {
+    if (required[i].hook == NULL) {
+      return required[i].name;
+    }
+  }
+  if ((backend->capture_copy_node == NULL) != (backend->launch_folded == NULL)) {
+    return "capture_copy_node and launch_folded (both or neither)";
+  }
+  return NULL;
+}
+
+/* Whether a runner on this backend can capture at all; else it starts disabled with why. Only a
+ * backend table that says yes but lacks a hook is an error. */
+static gf_status gf_runner_check_support(gf_runner *runner, gf_error *err) {
+  char why[GF_REASON_CAPACITY] = "";
+  const gf_backend *backend = runner->backend;
+  if (!runner->config.enabled) {
+    gf_runner_set_disabled(runner, "disabled by the caller (enabled=False)");
+    return GF_OK;
+  }
+  if (!backend->graphs_supported(backend->context, runner->config.device_type,
+                                 runner->config.device_index, why, sizeof why)) {
+    char reason[GF_REASON_CAPACITY + 64];
+    snprintf(reason, sizeof reason, "graphs unavailable (backend %s): %s", backend->name,
+             why[0] ? why : "no reason given");
+    gf_runner_set_disabled(runner, reason);
+    return GF_OK;
+  }
+  const char *missing = gf_backend_missing_device_hook(backend);
+  if (missing != NULL) {
+    return gf_error_set(err, GF_ERR_INVALID_ARGUMENT, "graphed: backend '%s' lacks the hook %s",
+                        backend->name, missing);
+  }
+  if (backend->runner_create != NULL) {
+    gf_error create_err = {0};
+    if (backend->runner_create(backend->context, runner->config.device_index,
+                               &runner->backend_state, &create_err) != GF_OK) {
+      gf_runner_set_disabled(runner, create_err.message);
+    }
+  }
+  return GF_OK;
+}
+
 gf_status gf_runner_create(const gf_runner_config *config, const gf_host *host,
                            const gf_backend *backend, gf_runner **out, gf_error *err) {
   *out = NULL;
-  if (host == NULL || host->run_forward == NULL || host->release == NULL ||
-      host->clone_static == NULL || host->empty_like == NULL || host->retain == NULL) {
-    if (host != NULL && host->destroy != NULL) {
-      host->destroy(host->context);
-    }
-    return gf_error_set(err, GF_ERR_INVALID_ARGUMENT, "graphed: the runner's host is incomplete");
+  if (backend == NULL) {
+    backend = gf_backend_current();
   }
-  if (config->warmup_iters < 0) {
-    if (host->destroy != NULL) {
-      host->destroy(host->context);
+  gf_runner *runner = NULL;
+  gf_status status = GF_OK;
+  if (!gf_host_is_complete(host)) {
+    status = gf_error_set(err, GF_ERR_INVALID_ARGUMENT, "graphed: the runner's host is incomplete");
+  } else if (backend->name == NULL || backend->graphs_supported == NULL) {
+    status = gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
+                          "graphed: a backend table needs a name and graphs_supported");
+  } else if (config->warmup_iters < 0) {
+    status = gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
+                          "graphed: warmup_iters must be 0 or more, got %d", config->warmup_iters);
+  } else if ((runner = calloc(1, sizeof *runner)) == NULL) {
+    status = gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory creating a runner");
+  } else {
+    runner->config = *config;
+    runner->host = *host;
+    runner->backend = backend;
+    runner->enabled = 1;
+    status =
+        gf_cache_init(&runner->cache, config->max_entries, gf_runner_release_entry, runner, err);
+    if (status == GF_OK) {
+      runner->cache.hash_fn = config->hash_fn;
+      status = gf_runner_check_support(runner, err);
     }
-    return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
-                        "graphed: warmup_iters must be 0 or more, got %d", config->warmup_iters);
   }
-  gf_runner *runner = calloc(1, sizeof *runner);
-  if (runner == NULL) {
-    if (host->destroy != NULL) {
-      host->destroy(host->context);
-    }
-    return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory creating a runner");
-  }
-  runner->config = *config;
-  runner->host = *host;
-  runner->backend = backend != NULL ? backend : gf_backend_current();
-  gf_status status =
-      gf_cache_init(&runner->cache, config->max_entries, gf_runner_release_entry, runner, err);
   if (status != GF_OK) {
-    runner->backend = gf_backend_none();
-    gf_runner_destroy(runner);
-    return status;
-  }
-  runner->cache.hash_fn = config->hash_fn;
-  runner->enabled = 1;
-
-  char why[GF_REASON_CAPACITY] = "";
-  if (!config->enabled) {
-    gf_runner_set_disabled(runner, "disabled by the caller (enabled=False)");
-  } else if (!runner->backend->graphs_supported(runner->backend->context, config->device_type,
-                                                config->device_index, why, sizeof why)) {
-    char reason[GF_REASON_CAPACITY + 64];
-    snprintf(reason, sizeof reason, "graphs unavailable (backend %s): %s", runner->backend->name,
-             why[0] ? why : "no reason given");
-    gf_runner_set_disabled(runner, reason);
-  } else if (runner->backend->runner_create != NULL) {
-    gf_error create_err = {0};
-    if (runner->backend->runner_create(runner->backend->context, config->device_index,
-                                       &runner->backend_state, &create_err) != GF_OK) {
-      gf_runner_set_disabled(runner, create_err.message);
+    /* The one cleanup exit: the runner owns the host's context from the start. */
+    if (runner != NULL) {
+      gf_runner_destroy(runner);
+    } else if (host != NULL && host->destroy != NULL) {
+      host->destroy(host->context);
     }
+    return status;
   }
   *out = runner;
   return GF_OK;
@@ -160,6 +212,19 @@ static void gf_runner_warn(gf_runner *runner, const char *message) {
   }
 }
 
+/* Adds a handle the host just made to a pool; on failure releases it, so no path leaks it. */
+static gf_status gf_runner_adopt(gf_runner *runner, gf_pool *pool, gf_status made,
+                                 const gf_tensor *tensor, gf_error *err) {
+  if (made != GF_OK) {
+    return made;
+  }
+  gf_status status = gf_pool_add(pool, tensor, err);
+  if (status != GF_OK) {
+    runner->host.release(runner->host.context, tensor->handle);
+  }
+  return status;
+}
+
 static gf_status gf_runner_run_eager(gf_runner *runner, const gf_tensor *inputs, size_t count,
                                      gf_pool *results, gf_error *err) {
   runner->eager_calls++;
@@ -199,7 +264,7 @@ static gf_status gf_runner_output_slots(gf_runner *runner, const gf_entry *entry
   gf_status status = GF_OK;
   for (size_t i = 0; status == GF_OK && i < outputs->count; ++i) {
     const gf_tensor *fixed = &outputs->tensors[i];
-    gf_tensor out;
+    gf_tensor out = {0};
     if (options->static_outputs) {
       status = runner->host.retain(runner->host.context, fixed, &out, err);
       copies[i] = (gf_copy){fixed->data, fixed->data, 0};
@@ -207,12 +272,7 @@ static gf_status gf_runner_output_slots(gf_runner *runner, const gf_entry *entry
       status = runner->host.empty_like(runner->host.context, fixed, &out, err);
       copies[i] = (gf_copy){out.data, fixed->data, (size_t)gf_tensor_nbytes(fixed)};
     }
-    if (status == GF_OK) {
-      status = gf_pool_add(results, &out, err);
-      if (status != GF_OK) {
-        runner->host.release(runner->host.context, out.handle);
-      }
-    }
+    status = gf_runner_adopt(runner, results, status, &out, err);
   }
   return status;
 }
@@ -357,25 +417,15 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
                                    size_t keep_alive_count, gf_error *err) {
   gf_status status = GF_OK;
   for (size_t i = 0; status == GF_OK && i < count; ++i) {
-    gf_tensor fixed;
+    gf_tensor fixed = {0};
     status = runner->host.clone_static(runner->host.context, &inputs[i], &fixed, err);
-    if (status == GF_OK) {
-      status = gf_pool_add(&entry->static_inputs, &fixed, err);
-      if (status != GF_OK) {
-        runner->host.release(runner->host.context, fixed.handle);
-      }
-    }
+    status = gf_runner_adopt(runner, &entry->static_inputs, status, &fixed, err);
   }
   runner->pool_bytes += entry->static_inputs.bytes;
   for (size_t i = 0; status == GF_OK && i < keep_alive_count; ++i) {
-    gf_tensor held;
+    gf_tensor held = {0};
     status = runner->host.retain(runner->host.context, &keep_alive[i], &held, err);
-    if (status == GF_OK) {
-      status = gf_pool_add(&entry->keep_alive, &held, err);
-      if (status != GF_OK) {
-        runner->host.release(runner->host.context, held.handle);
-      }
-    }
+    status = gf_runner_adopt(runner, &entry->keep_alive, status, &held, err);
   }
   if (status == GF_OK) {
     status = gf_runner_prepare_capture(runner, entry, err);
@@ -439,7 +489,7 @@ static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor
   }
   gf_entry *entry = gf_entry_create(&runner->scratch_signature, options->pin, err);
   if (entry == NULL) {
-    return err ? err->code : GF_ERR_NO_MEMORY;
+    return err->code;
   }
   gf_error capture_err = {0};
   gf_status status =
@@ -521,8 +571,12 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
     status = gf_runner_replay(runner, entry, inputs, input_count, options, results, err);
   }
   if (status != GF_OK && runner->enabled) {
+    /* Only the replay side (and an entry that could not be made) gets here: a failed capture
+     * disabled the runner already. */
     char reason[GF_REASON_CAPACITY];
-    snprintf(reason, sizeof reason, "replay failed: %.480s", err ? err->message : "unknown");
+    snprintf(reason, sizeof reason, "%s: %.460s",
+             status == GF_ERR_NO_MEMORY ? "out of host memory for a replay" : "replay failed",
+             err->message);
     gf_runner_disable(runner, reason);
     gf_runner_warn(runner, reason);
     gf_pool_truncate(results, results_before, gf_runner_release_handle, runner);

@@ -1,7 +1,8 @@
 /* A runner replays captured graphs for one forward: it owns the signature cache, the static pools
  * and the capture protocol, and keeps the counters users see through stats. Any failure disables
  * it for good (with a reason) and later calls run eager. It is not thread-safe; the shim
- * serialises calls per runner. */
+ * serialises calls per runner. Every function that takes a gf_error requires one (never NULL):
+ * a failure always has somewhere to say why. */
 #ifndef GF_RUNNER_H
 #define GF_RUNNER_H
 
@@ -46,7 +47,9 @@ typedef struct gf_call_options {
 } gf_call_options;
 
 /* Makes a runner on backend (NULL: the one chosen at load). The runner takes host.context and
- * frees it through host.destroy. On failure *runner is NULL and host.destroy has been called. */
+ * frees it through host.destroy. On failure *runner is NULL and host.destroy has been called.
+ * An incomplete host table, or a backend table that lacks a hook it needs (gf_backend.h), is
+ * GF_ERR_INVALID_ARGUMENT naming what is missing. */
 gf_status gf_runner_create(const gf_runner_config *config, const gf_host *host,
                            const gf_backend *backend, gf_runner **runner, gf_error *err);
 void gf_runner_destroy(gf_runner *runner);
