@@ -3,6 +3,8 @@
 # and the benchmark, and write every log under $OUT (default: ./device-logs). The machine needs
 # torch with CUDA under `python3`, nvcc, cmake and GoogleTest (a package or its sources).
 # Usage: bash scripts/device_check.sh [all|build|test|bench] [extra pytest args...]
+#        bash scripts/device_check.sh compare BASELINE_TREE   (host cost of this tree against an
+#        older checkout's, built and timed in the same call, alternating A/B/A/B/A/B)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -20,7 +22,7 @@ status=0
   nvcc --version | tail -1
 } 2>&1 | tee "$OUT/env.txt"
 
-if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench ]]; then
+if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench || "$what" == compare ]]; then
   if ! { cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DGRAPHED_CUDA_ARCHITECTURES=90 \
         && cmake --build "$BUILD" -j"$(nproc)"; } > "$OUT/build.log" 2>&1; then
     echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1
@@ -43,5 +45,20 @@ if [[ "$what" == all || "$what" == bench ]]; then
     PYTHONPATH=python:bench "$PY" bench/run.py --out "$OUT" > "$OUT/bench.log" 2>&1 || status=1
     tail -60 "$OUT/bench.log"
   fi
+fi
+if [[ "$what" == compare ]]; then
+  baseline="${1:?compare needs the folder of the baseline checkout}"
+  if ! { cmake -S "$baseline" -B "$baseline/$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" \
+        -DGRAPHED_CUDA_ARCHITECTURES=90 -DGRAPHED_BUILD_TESTS=OFF \
+        && cmake --build "$baseline/$BUILD" -j"$(nproc)"; } > "$OUT/build-baseline.log" 2>&1; then
+    echo "BASELINE BUILD FAILED"; tail -40 "$OUT/build-baseline.log"; exit 1
+  fi
+  for round in 1 2 3; do
+    for tree in "$baseline" "$PWD"; do
+      label=$([[ "$tree" == "$PWD" ]] && echo this || echo baseline)
+      PYTHONPATH="$tree/python:bench" "$PY" bench/host_cost_only.py --label "$label-$round" \
+        --json "$OUT/compare.jsonl" 2>&1 | tee -a "$OUT/compare.log" || status=1
+    done
+  done
 fi
 exit $status
