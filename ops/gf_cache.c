@@ -41,8 +41,10 @@ gf_status gf_cache_init(gf_cache *cache, size_t max_entries, gf_entry_release_fn
   cache->max_entries = max_entries;
   cache->release = release;
   cache->release_context = release_context;
+  /* Twice max_entries, up to a bound: a huge max_entries (sys.maxsize) must neither overflow
+   * nor allocate up front; inserts grow the table as entries arrive. */
   size_t bucket_count = 16;
-  while (bucket_count < 2 * max_entries) {
+  while (bucket_count < GF_CACHE_INITIAL_BUCKETS_MAX && bucket_count / 2 < max_entries) {
     bucket_count *= 2;
   }
   return gf_cache_alloc_buckets(cache, bucket_count, err);

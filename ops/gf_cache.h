@@ -16,6 +16,9 @@
 extern "C" {
 #endif
 
+/* The most buckets gf_cache_init makes up front; more come as entries are inserted. */
+enum { GF_CACHE_INITIAL_BUCKETS_MAX = 4096 };
+
 typedef struct gf_entry {
   gf_signature signature;
   int pinned;

@@ -11,13 +11,23 @@ int64_t gf_tensor_numel(const gf_tensor *t) {
 
 int64_t gf_tensor_nbytes(const gf_tensor *t) { return gf_tensor_numel(t) * t->itemsize; }
 
+/* As torch decides it: a tensor with no element is contiguous whatever its strides; otherwise
+ * each dimension of size other than 1 has the row-major stride. A product that would overflow
+ * int64 cannot describe real memory and answers 0. */
 int gf_tensor_is_contiguous(const gf_tensor *t) {
+  for (int32_t d = 0; d < t->ndim; ++d) {
+    if (t->sizes[d] == 0) {
+      return 1;
+    }
+  }
   int64_t expected = 1;
   for (int32_t d = t->ndim - 1; d >= 0; --d) {
     if (t->sizes[d] != 1 && t->strides[d] != expected) {
       return 0;
     }
-    expected *= t->sizes[d];
+    if (d > 0 && __builtin_mul_overflow(expected, t->sizes[d], &expected)) {
+      return 0;
+    }
   }
   return 1;
 }

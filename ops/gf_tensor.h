@@ -31,7 +31,8 @@ int64_t gf_tensor_numel(const gf_tensor *t);
 /* Bytes of the elements, as if contiguous. */
 int64_t gf_tensor_nbytes(const gf_tensor *t);
 
-/* 1 when the strides are the row-major contiguous ones (size-1 dimensions ignored). */
+/* 1 when torch would call the tensor contiguous: no element at all, or the row-major strides
+ * (size-1 dimensions ignored). */
 int gf_tensor_is_contiguous(const gf_tensor *t);
 
 /* 1 when a and b have the same address, sizes and strides: copying one into the other is a no-op.

@@ -71,9 +71,10 @@ std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at:
 int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Device device,
                   int64_t max_entries, int64_t warmup_iters, bool enabled,
                   std::optional<c10::string_view> agree_op) {
-  if (max_entries < 1 || warmup_iters < 0) {
+  if (max_entries < 1 || warmup_iters < 0 || warmup_iters > INT32_MAX) {
     TORCH_CHECK_VALUE(false, format_message("graphed: max_entries must be at least 1 and "
-                                            "warmup_iters 0 or more, got %lld and %lld",
+                                            "warmup_iters between 0 and 2147483647, got %lld and "
+                                            "%lld",
                                             static_cast<long long>(max_entries),
                                             static_cast<long long>(warmup_iters)));
   }

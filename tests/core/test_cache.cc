@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -199,6 +201,21 @@ TEST_F(Cache, AllPinnedGrowsPastLimitAndReportsOnce) {
   EXPECT_EQ(released_, (Keys{"u"}));
   EXPECT_EQ(cache_.count, 5u);
   EXPECT_EQ(cache_.evictions, 1u);
+}
+
+TEST_F(Cache, HugeMaxEntriesNeitherHangsNorAllocatesUpFront) {
+  Init(SIZE_MAX); // sys.maxsize from Python: the bucket count must not be doubled without end
+  EXPECT_EQ(cache_.bucket_count, static_cast<size_t>(GF_CACHE_INITIAL_BUCKETS_MAX));
+  for (int i = 0; i < 3; ++i) {
+    Add(Numbered("entry", i), 0);
+  }
+  EXPECT_EQ(cache_.count, 3u);
+  EXPECT_NE(Lookup(Numbered("entry", 1)), nullptr);
+}
+
+TEST_F(Cache, SmallMaxEntriesStartsWithTwiceAsManyBuckets) {
+  Init(100);
+  EXPECT_EQ(cache_.bucket_count, 256u);
 }
 
 TEST_F(Cache, GrowsThroughManyBucketsAndStillFindsEverything) {

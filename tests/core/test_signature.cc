@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include <string>
 #include <vector>
 
@@ -222,6 +224,34 @@ TEST(Signature, ForcedHashCollisionKeepsEntriesApart) {
   }
   gf_cache_destroy(&cache);
   EXPECT_EQ(released, static_cast<int>(calls.size()));
+}
+
+// Contiguity as torch decides it: the core refuses a non-contiguous input, so it must agree with
+// the shim, which makes only torch-non-contiguous tensors dense before the call.
+TEST(TensorFacts, ZeroSizeTensorsAreContiguousWhateverTheirStrides) {
+  std::vector<int64_t> sizes = {2, 0, 8};
+  gf_tensor empty = gf_fake_view(nullptr, 3, sizes.data());
+  empty.strides[0] = 1; // torch.empty(2, 0, 8) has strides (0, 8, 1) or others: any
+  empty.strides[1] = 77;
+  EXPECT_EQ(gf_tensor_is_contiguous(&empty), 1);
+  EXPECT_EQ(gf_tensor_nbytes(&empty), 0);
+}
+
+TEST(TensorFacts, HugeSizesAreNotContiguousAndDoNotOverflow) {
+  std::vector<int64_t> sizes = {INT64_MAX / 2, 4, 1};
+  gf_tensor huge = gf_fake_view(nullptr, 3, sizes.data());
+  huge.strides[0] = 1; // a stride product that would overflow int64 cannot be real memory
+  EXPECT_EQ(gf_tensor_is_contiguous(&huge), 0);
+}
+
+TEST(TensorFacts, SizeOneDimensionsIgnoreTheirStride) {
+  std::vector<int64_t> sizes = {1, 3, 1};
+  gf_tensor view = gf_fake_view(nullptr, 3, sizes.data());
+  view.strides[0] = 99;
+  view.strides[2] = 5;
+  EXPECT_EQ(gf_tensor_is_contiguous(&view), 1);
+  view.strides[1] = 2;
+  EXPECT_EQ(gf_tensor_is_contiguous(&view), 0);
 }
 
 } // namespace
