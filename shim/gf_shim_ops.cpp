@@ -54,8 +54,8 @@ std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at:
   std::vector<gf_tensor> described(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor &tensor = tensors[i];
-    if (!tensor.defined()) {
-      TORCH_CHECK_VALUE(false, format_message("graphed: input tensor %zu is undefined", i));
+    if (const char *why = unsupported_tensor_reason(tensor)) {
+      TORCH_CHECK_TYPE(false, format_message("graphed: input tensor %zu %s", i, why));
     }
     if (tensor.dim() > GF_MAX_DIMS) {
       TORCH_CHECK_VALUE(false, format_message("graphed: input tensor %zu has %lld dimensions; at "

@@ -22,9 +22,37 @@ gf_tensor describe_tensor(const at::Tensor &t, bool owned) {
   return d;
 }
 
+const char *unsupported_tensor_reason(const at::Tensor &t) {
+  if (!t.defined()) {
+    return "is an undefined tensor";
+  }
+  if (t.is_nested()) {
+    return "is a nested tensor; pass its components as a list of tensors";
+  }
+  if (t.layout() != c10::kStrided) {
+    return "is not a strided (dense) tensor (sparse or mkldnn); convert it with .to_dense()";
+  }
+  if (t.is_meta()) {
+    return "is a meta tensor, which holds no data";
+  }
+  if (t.is_quantized()) {
+    return "is a quantized tensor; pass its int_repr() and scales as tensors";
+  }
+  if (!t.has_storage()) {
+    return "has no storage (a functorch or other wrapper tensor); call graphed outside vmap and "
+           "grad transforms";
+  }
+  return nullptr;
+}
+
 gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense) {
   const at::Tensor *view = &t;
-  if (!t.is_contiguous()) {
+  if (t.is_conj() || t.is_neg()) {
+    // A lazily conjugated or negated view: the bytes are the unconjugated ones; the core copies
+    // bytes, so it gets the resolved values.
+    dense.push_back(t.resolve_conj().resolve_neg().contiguous());
+    view = &dense.back();
+  } else if (!t.is_contiguous()) {
     dense.push_back(t.contiguous());
     view = &dense.back();
   }

@@ -15,9 +15,14 @@ namespace graphed {
 // reference to t that release_handle frees.
 gf_tensor describe_tensor(const at::Tensor &t, bool owned);
 
+// NULL when the core can take t, else the end of a sentence saying why not ("is a nested
+// tensor; ..."), for an error that names the kwarg or input. Never throws for any tensor kind.
+const char *unsupported_tensor_reason(const at::Tensor &t);
+
 // A borrowed descriptor of t for a call into the core, which copies raw bytes: t itself when it
-// is contiguous, else a contiguous copy appended to dense, which keeps it alive for the call. The
-// caller reserves dense so that it never reallocates (handles point into it).
+// is contiguous and neither lazily conjugated nor negated, else a resolved contiguous copy
+// appended to dense, which keeps it alive for the call. The caller reserves dense so that it
+// never reallocates (handles point into it). t must pass unsupported_tensor_reason.
 gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense);
 
 // The tensor a handle owns.
