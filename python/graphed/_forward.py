@@ -1,6 +1,7 @@
-"""GraphedForward: the model-code face of graphed. It flattens a call's kwargs, registers the
-module's forward as an operator the native core calls back for capture, and hands each call to
-`torch.ops.graphed.forward`, which keys, captures, replays or runs eager."""
+"""GraphedForward: the model-code face of graphed. It registers the module's forward as an
+operator the native core calls back for capture and hands each call to the C entry points
+(`graphed._native._graphed_fastcall`), which key, capture, replay or run eager: plain kwargs are
+walked in C; the others are flattened here (graphed._tree) and go through the dispatcher."""
 
 from __future__ import annotations
 
@@ -16,15 +17,7 @@ import torch
 
 from . import _library
 from ._native import _graphed_fastcall as _fastcall
-from ._tree import (
-    TreeSpec,
-    flatten_kwargs,
-    flatten_output,
-    output_template,
-    rebuild_output,
-    substitute,
-    unflatten,
-)
+from ._tree import flatten_kwargs, flatten_output, rebuild_output, unflatten
 
 __all__ = ["GraphedForward"]
 
@@ -92,15 +85,12 @@ class GraphedForward:
         self.name = name
         self.group = group
         self._capture_context = capture_context
-        self._call_spec: TreeSpec | None = None
-        self._call_key = ""
-        self._python_path_lock = threading.RLock()
-        self._output_specs: dict[str, TreeSpec] = {}
         # keep_alive objects that are not tensors, by identity, held until reset.
         self._held_objects: dict[int, Any] = {}
         self._known_disabled = False
-        # The call in flight as the C entry point records it (see pyext/gf_fastcall.c).
-        self._fast_state: list[Any] = [None, b"", {}, rebuild_output]
+        # The call in flight, set by both C entry points under the runner's lock, and the output
+        # template of each key (see pyext/gf_fastcall.c).
+        self._call_state = _fastcall.CallState(rebuild_output)
         self_ref = weakref.ref(self)
 
         def run_module(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -138,7 +128,7 @@ class GraphedForward:
             )
         held_tensors, held_objects = self._split_keep_alive(keep_alive)
         result = _fastcall.call(
-            self._id, kwargs, variant, pin, static_outputs, self._fast_state, held_tensors
+            self._id, kwargs, variant, pin, static_outputs, self._call_state, held_tensors
         )
         for held in held_objects:
             self._held_objects[id(held)] = held
@@ -147,42 +137,32 @@ class GraphedForward:
         tensors, key, spec = flatten_kwargs(kwargs, variant)
         if not tensors:
             return self._eager(kwargs)
-        # The call state the forward operator reads is this instance's: one Python-path call at a
-        # time sets it (the C entry path guards its own under the runner's lock), and a nested
-        # call puts the outer one's back.
-        with self._python_path_lock:
-            outer = self._call_spec, self._call_key
-            self._call_spec, self._call_key = spec, key
-            try:
-                outputs = torch.ops.graphed.forward(
-                    self._id, key, tensors, held_tensors, bool(pin), bool(static_outputs)
-                )
-            finally:
-                self._call_spec, self._call_key = outer
-        return rebuild_output(self._output_specs[key], outputs)
+        return _fastcall.call_flat(
+            self._id, self._call_state, key, tensors, spec, held_tensors, pin, static_outputs
+        )
 
     def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The body of the forward operator the core calls for probe, warm-up, capture and eager
-        runs: rebuilds the kwargs of the call in flight and runs the module."""
-        fast_kwargs = self._fast_state[0]
-        if fast_kwargs is not None:
-            kwargs = substitute(fast_kwargs, list(inputs))
-        elif self._call_spec is not None:
-            kwargs = unflatten(self._call_spec, list(inputs))
-        else:
+        runs: rebuilds the kwargs of the call in flight, runs the module and records the output
+        template of the call's key."""
+        state = self._call_state
+        tree = state.tree
+        if tree is None:
             raise RuntimeError(
                 f"{self.name}: this runner's forward was reached without a GraphedForward call in "
                 "flight (torch.ops.graphed.forward with a key this GraphedForward never saw); call "
                 "the GraphedForward once with these kwargs first"
             )
+        # A dict is the kwargs the C walker took; anything else is the TreeSpec of the Python path.
+        inputs = list(inputs)
+        kwargs = (
+            _fastcall.substitute(tree, inputs) if type(tree) is dict else unflatten(tree, inputs)
+        )
         with self._context_for_forward():
             result = self.module(**kwargs)
-        if fast_kwargs is not None:
-            template, tensors = output_template(result, _fastcall.PLACEHOLDER)
-            self._fast_state[2].setdefault(self._fast_state[1], template)
-            return tensors
-        output_spec, tensors = flatten_output(result)
-        self._output_specs.setdefault(self._call_key, output_spec)
+        plain = _fastcall.output_template(result)
+        template, tensors = plain if plain is not None else flatten_output(result)
+        state.templates.setdefault(state.key, template)
         return tensors
 
     def _eager(self, kwargs: dict) -> Any:
@@ -284,7 +264,7 @@ class GraphedForward:
         """Drops every captured graph and its buffers; the next call captures again."""
         torch.ops.graphed.reset(self._id)
         self._held_objects.clear()
-        self._fast_state[2].clear()
+        self._call_state.templates.clear()
 
     @property
     def runner_id(self) -> int:

@@ -4,6 +4,10 @@ static buffers a captured CUDA graph reads, so each forward can pick and refresh
 Only dict, list, tuple and namedtuple are walked. Any other object is an opaque leaf that goes
 into the key by type and repr; one that holds a tensor is rejected, because that tensor would
 keep its capture-time address and never be refreshed on replay.
+
+Plain trees (exact dict/list/tuple, exact tensors, None/bool/int/float/str) are GraphedForward's
+fast path and belong to the C walker (pyext/gf_walker.c), which alone decides their tensor order;
+this module walks the calls and outputs the C walker hands off.
 """
 
 from __future__ import annotations
@@ -414,59 +418,6 @@ def copy_into(static: Any, current: Any, *, root: str = "tree") -> int:
     return len(dsts)
 
 
-class _NotPlain(Exception):
-    """A tree holds something other than exact dict/list/tuple, tensors and tensor-free leaves."""
-
-
-def _map_plain(value: Any, on_tensor: Any, on_leaf: Any) -> Any:
-    """Rebuilds exact dict, list and tuple containers, in the C entry point's walk order
-    (graphed._fastcall), with on_tensor(tensor) in each tensor slot and on_leaf(value) for every
-    other leaf."""
-    cls = type(value)
-    if cls is dict:
-        return {key: _map_plain(item, on_tensor, on_leaf) for key, item in value.items()}
-    if cls is list:
-        return [_map_plain(item, on_tensor, on_leaf) for item in value]
-    if cls is tuple:
-        return tuple([_map_plain(item, on_tensor, on_leaf) for item in value])
-    if isinstance(value, torch.Tensor):
-        return on_tensor(value)
-    return on_leaf(value)
-
-
-def substitute(tree: Any, tensors: list[torch.Tensor]) -> Any:
-    """`tree` with its tensors replaced, in walk order, by `tensors`: the n-th tensor met is the
-    n-th tensor the C entry point handed to the core."""
-    remaining = iter(tensors)
-    return _map_plain(tree, lambda _: next(remaining), lambda leaf: leaf)
-
-
-def _plain_leaf(value: Any) -> Any:
-    if type(value) not in _PRIMITIVE_TYPES:
-        raise _NotPlain
-    return value
-
-
-def output_template(result: Any, placeholder: object) -> tuple[Any, list[torch.Tensor]]:
-    """(template, tensors) for a forward's result.
-
-    For plain results (exact dict/list/tuple, tensors, tensor-free leaves) the template is a
-    1-tuple holding the result with `placeholder` in each tensor slot, which the C entry point
-    rebuilds by itself. Otherwise it is the TreeSpec of {"output": result}, rebuilt through
-    `rebuild_output`; an object that holds a tensor is rejected there with a TypeError."""
-    tensors: list[torch.Tensor] = []
-
-    def slot(tensor: torch.Tensor) -> object:
-        tensors.append(tensor)
-        return placeholder
-
-    try:
-        return (_map_plain(result, slot, _plain_leaf),), tensors
-    except _NotPlain:
-        spec, spec_tensors = flatten_output(result)
-        return spec, spec_tensors
-
-
 def flatten_output(result: Any) -> tuple[TreeSpec, list[torch.Tensor]]:
     """(spec, tensors) of any forward result, walked as the kwargs are; rebuild_output inverts it.
     An object other than dict/list/tuple/namedtuple that holds a tensor is a TypeError."""
@@ -475,5 +426,5 @@ def flatten_output(result: Any) -> tuple[TreeSpec, list[torch.Tensor]]:
 
 
 def rebuild_output(spec: TreeSpec, outputs: list[torch.Tensor]) -> Any:
-    """The inverse of flatten_output (and of output_template for results that are not plain)."""
+    """The inverse of flatten_output."""
     return unflatten(spec, outputs)["output"]

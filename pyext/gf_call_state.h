@@ -1,0 +1,34 @@
+/* The call in flight of one GraphedForward, as the forward operator the core calls back reads it
+ * (graphed._native._graphed_fastcall.CallState). Both call paths set it in
+ * pyext/gf_fastcall_torch.cpp while the runner's lock is held and put the outer call back when
+ * they return, so a nested call (the forward calling a GraphedForward, or the same one eagerly)
+ * and calls from other threads each see their own. */
+#ifndef GF_CALL_STATE_H
+#define GF_CALL_STATE_H
+
+#include <Python.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* tree: the kwargs dict of a fast-path call (the walker's tree), the TreeSpec of a Python-path
+ *   call, or None outside a call.
+ * key: bytes, the key of the call in flight (b"" outside a call).
+ * templates: dict, key bytes -> output template (see gf_fastcall.c).
+ * rebuild: callable(template, outputs) for templates that are not plain. */
+typedef struct gf_call_state {
+  // clang-format off
+  PyObject_HEAD
+  PyObject *tree;
+  // clang-format on
+  PyObject *key;
+  PyObject *templates;
+  PyObject *rebuild;
+} gf_call_state;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GF_CALL_STATE_H */
