@@ -161,6 +161,21 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id,
   return status;
 }
 
+/* Ends either entry: raises for a failed status, else rebuilds the output from the key's
+ * template; releases the key and the outputs either way. */
+static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_state *state,
+                                PyObject *key, PyObject *outputs) {
+  PyObject *rebuilt = NULL;
+  if (status != GF_OK) {
+    gf_fastcall_torch_raise(status, err);
+  } else {
+    rebuilt = gf_outputs_of_call(state, key, outputs);
+  }
+  Py_XDECREF(outputs);
+  Py_DECREF(key);
+  return rebuilt;
+}
+
 static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_state *state,
                                      PyObject *kwargs, PyObject *variant, PyObject *keep_alive,
                                      int pin, int static_outputs) {
@@ -180,15 +195,7 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_s
   gf_error err = {0};
   gf_status status =
       gf_fast_call_runner(walk, runner_id, &call, keep_alive, pin, static_outputs, &outputs, &err);
-  PyObject *rebuilt = NULL;
-  if (status != GF_OK) {
-    gf_fastcall_torch_raise(status, &err);
-  } else {
-    rebuilt = gf_outputs_of_call(state, key, outputs);
-  }
-  Py_XDECREF(outputs);
-  Py_DECREF(key);
-  return rebuilt;
+  return gf_finish_call(status, &err, state, key, outputs);
 }
 
 /* The options both entries share; 0, or -1 with a Python error. */
@@ -258,15 +265,7 @@ static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t 
   gf_error err = {0};
   gf_status status = gf_fastcall_torch_call_dispatched(runner_id, &call, args[3], args[5], pin,
                                                        static_outputs, &outputs, &err);
-  PyObject *rebuilt = NULL;
-  if (status != GF_OK) {
-    gf_fastcall_torch_raise(status, &err);
-  } else {
-    rebuilt = gf_outputs_of_call(state, key, outputs);
-  }
-  Py_XDECREF(outputs);
-  Py_DECREF(key);
-  return rebuilt;
+  return gf_finish_call(status, &err, state, key, outputs);
 }
 
 /* -- the walker, for the forward operator and for tests -------------------------------- */
