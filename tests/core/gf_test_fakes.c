@@ -4,6 +4,7 @@
 #include "gf_test_fakes.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,12 +63,14 @@ struct gf_fake_graph {
   gf_fake_kernel *kernels;
   size_t count;
   size_t capacity;
+  int hide_nodes; /* launch_folded cannot find the copy nodes (fold_hide_nodes at capture) */
 };
 
 const char *gf_fake_hook_name(gf_fake_hook hook) {
   static const char *const names[GF_FAKE_HOOK_COUNT] = {
-      "none",          "runner_create", "probe_begin", "probe_end", "warmup_begin",  "warmup_end",
-      "capture_begin", "capture_end",   "copy_batch",  "launch",    "release_graph",
+      "none",          "runner_create",     "probe_begin",   "probe_end",  "warmup_begin",
+      "warmup_end",    "capture_begin",     "capture_end",   "copy_batch", "launch",
+      "release_graph", "capture_copy_node", "launch_folded",
   };
   return hook < GF_FAKE_HOOK_COUNT ? names[hook] : "unknown";
 }
@@ -215,6 +218,8 @@ static void gf_fake_graph_free(gf_fake_graph *graph) {
   for (size_t i = 0; i < graph->count; ++i) {
     free(graph->kernels[i].inputs);
     free(graph->kernels[i].outputs);
+    free(graph->kernels[i].copies);
+    free(graph->kernels[i].recorded_copies);
   }
   free(graph->kernels);
   graph->magic = 0;
@@ -238,6 +243,7 @@ static gf_status gf_fake_capture_end(void *context, void *state, int ok, void **
     }
     return status;
   }
+  captured->hide_nodes = fake->fold_hide_nodes;
   fake->live_graphs++;
   *graph = captured;
   return GF_OK;
@@ -263,6 +269,22 @@ static gf_status gf_fake_copy_batch(void *context, void *state, const gf_copy *c
   return GF_OK;
 }
 
+/* Runs what the graph recorded, in order: copy nodes copy their current tables, forwards
+ * compute. */
+static void gf_fake_graph_run(const gf_fake_graph *graph) {
+  for (size_t i = 0; i < graph->count; ++i) {
+    const gf_fake_kernel *kernel = &graph->kernels[i];
+    if (kernel->is_copy_node) {
+      for (size_t c = 0; c < kernel->copy_count; ++c) {
+        memmove(kernel->copies[c].dst, kernel->copies[c].src, kernel->copies[c].bytes);
+      }
+    } else {
+      gf_fake_forward_compute(kernel->inputs, kernel->input_count, kernel->outputs,
+                              kernel->output_count);
+    }
+  }
+}
+
 static int gf_fake_graph_is_live(const gf_fake_backend *fake, const gf_fake_graph *graph) {
   return graph != NULL && graph->magic == GF_FAKE_GRAPH_MAGIC && graph->owner == fake;
 }
@@ -281,11 +303,7 @@ static gf_status gf_fake_launch(void *context, void *state, void *graph, gf_erro
     gf_fake_violation(fake, "launch of a graph this backend does not hold");
     return gf_error_set(err, GF_ERR_BACKEND, "fake backend: launch of an unknown graph");
   }
-  for (size_t i = 0; i < replayed->count; ++i) {
-    const gf_fake_kernel *kernel = &replayed->kernels[i];
-    gf_fake_forward_compute(kernel->inputs, kernel->input_count, kernel->outputs,
-                            kernel->output_count);
-  }
+  gf_fake_graph_run(replayed);
   return GF_OK;
 }
 
@@ -340,12 +358,7 @@ static gf_tensor *gf_fake_copy_descriptors(const gf_tensor *tensors, size_t coun
   return copy;
 }
 
-int gf_fake_backend_record(gf_fake_backend *fake, const gf_tensor *inputs, size_t input_count,
-                           const gf_tensor *outputs, size_t output_count) {
-  gf_fake_graph *graph = fake->pending;
-  if (!fake->capturing || graph == NULL) {
-    return 0;
-  }
+static void gf_fake_graph_append(gf_fake_graph *graph, const gf_fake_kernel *kernel) {
   if (graph->count == graph->capacity) {
     size_t capacity = graph->capacity ? 2 * graph->capacity : 4;
     void *grown = realloc(graph->kernels, capacity * sizeof *graph->kernels);
@@ -355,10 +368,156 @@ int gf_fake_backend_record(gf_fake_backend *fake, const gf_tensor *inputs, size_
     graph->kernels = grown;
     graph->capacity = capacity;
   }
-  graph->kernels[graph->count++] =
-      (gf_fake_kernel){gf_fake_copy_descriptors(inputs, input_count), input_count,
-                       gf_fake_copy_descriptors(outputs, output_count), output_count};
+  graph->kernels[graph->count++] = *kernel;
+}
+
+int gf_fake_backend_record(gf_fake_backend *fake, const gf_tensor *inputs, size_t input_count,
+                           const gf_tensor *outputs, size_t output_count) {
+  gf_fake_graph *graph = fake->pending;
+  if (!fake->capturing || graph == NULL) {
+    return 0;
+  }
+  gf_fake_kernel kernel = {0};
+  kernel.inputs = gf_fake_copy_descriptors(inputs, input_count);
+  kernel.input_count = input_count;
+  kernel.outputs = gf_fake_copy_descriptors(outputs, output_count);
+  kernel.output_count = output_count;
+  gf_fake_graph_append(graph, &kernel);
   return 1;
+}
+
+/* ---- the folding hooks -------------------------------------------------------------------- */
+
+static const char *gf_fake_role_name(int role) {
+  return role == GF_COPY_INPUTS ? "inputs" : role == GF_COPY_OUTPUTS ? "outputs" : "unknown";
+}
+
+static const gf_fake_kernel *gf_fake_find_copy_node(const gf_fake_graph *graph, int role) {
+  for (size_t i = 0; i < graph->count; ++i) {
+    if (graph->kernels[i].is_copy_node && graph->kernels[i].copy_role == role) {
+      return &graph->kernels[i];
+    }
+  }
+  return NULL;
+}
+
+static gf_status gf_fake_capture_copy_node(void *context, void *state, int role,
+                                           const gf_copy *copies, size_t count, int *recorded,
+                                           gf_error *err) {
+  gf_fake_backend *fake = context;
+  *recorded = 0;
+  if (!fake->capturing || fake->warming_up || fake->probing) {
+    gf_fake_violation(fake, "capture_copy_node outside capture_begin/capture_end");
+  }
+  if (role != GF_COPY_INPUTS && role != GF_COPY_OUTPUTS) {
+    gf_fake_violation(fake, "capture_copy_node of an unknown role");
+  }
+  gf_fake_log_push(fake->log, "capture_copy_node(%s,%zu)", gf_fake_role_name(role), count);
+  gf_fake_check_state(fake, state);
+  gf_status status = gf_fake_hook_result(fake, GF_FAKE_HOOK_CAPTURE_COPY_NODE, err);
+  gf_fake_graph *graph = fake->pending;
+  if (status != GF_OK || !fake->capturing || graph == NULL || count > fake->fold_max_copies) {
+    return status; /* refused: *recorded stays 0 */
+  }
+  if (gf_fake_find_copy_node(graph, role) != NULL) {
+    gf_fake_violation(fake, "two copy nodes of one role in one capture");
+  }
+  if (role == GF_COPY_INPUTS && graph->count != 0) {
+    gf_fake_violation(fake, "the input copy node recorded after the forward");
+  }
+  if (role == GF_COPY_OUTPUTS && graph->count == 0) {
+    gf_fake_violation(fake, "the output copy node recorded before the forward");
+  }
+  gf_fake_kernel kernel = {0};
+  kernel.is_copy_node = 1;
+  kernel.copy_role = role;
+  kernel.copies = malloc((count ? count : 1) * sizeof *kernel.copies);
+  kernel.recorded_copies = malloc((count ? count : 1) * sizeof *kernel.recorded_copies);
+  if (kernel.copies == NULL || kernel.recorded_copies == NULL) {
+    abort();
+  }
+  if (count > 0) {
+    memcpy(kernel.copies, copies, count * sizeof *copies);
+    memcpy(kernel.recorded_copies, copies, count * sizeof *copies);
+  }
+  kernel.copy_count = count;
+  gf_fake_graph_append(graph, &kernel);
+  *recorded = 1;
+  return GF_OK;
+}
+
+/* Rewrites a copy node's table. The graph's side of each copy (the destinations of the input
+ * copies, the sources of the output copies) is where the recorded kernels read and write, so a
+ * new table may change only the caller's side. */
+static gf_status gf_fake_rewrite_table(gf_fake_backend *fake, gf_fake_kernel *node,
+                                       const gf_copy *copies, size_t count, gf_error *err) {
+  if (count != node->copy_count) {
+    gf_fake_violation(fake, "launch_folded with a table of another length than its node's");
+    return gf_error_set(err, GF_ERR_BACKEND, "fake backend: copy table of the wrong length");
+  }
+  size_t nonempty = 0;
+  size_t bytes = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const int inputs = node->copy_role == GF_COPY_INPUTS;
+    const void *graph_side = inputs ? copies[i].dst : copies[i].src;
+    const gf_copy *recorded = &node->recorded_copies[i];
+    const void *recorded_side = inputs ? recorded->dst : recorded->src;
+    if (graph_side != recorded_side) {
+      gf_fake_violation(fake, "launch_folded moved the graph's side of a copy");
+    }
+    if (copies[i].bytes > recorded->bytes) {
+      gf_fake_violation(fake, "launch_folded copies more bytes than the static buffer holds");
+    }
+    nonempty += copies[i].bytes > 0;
+    bytes += copies[i].bytes;
+  }
+  if (count > 0) {
+    memcpy(node->copies, copies, count * sizeof *copies);
+  }
+  fake->last_folded_count[node->copy_role] = count;
+  fake->last_folded_nonempty[node->copy_role] = nonempty;
+  fake->last_folded_bytes[node->copy_role] = bytes;
+  return GF_OK;
+}
+
+static gf_status gf_fake_launch_folded(void *context, void *state, void *graph,
+                                       const gf_copy *inputs, size_t input_count,
+                                       const gf_copy *outputs, size_t output_count, gf_error *err) {
+  gf_fake_backend *fake = context;
+  if (gf_fake_busy(fake)) {
+    gf_fake_violation(fake, "launch_folded inside a begin/end pair");
+  }
+  gf_fake_log_push(fake->log, "launch_folded(%zu,%zu)", input_count, output_count);
+  gf_fake_check_state(fake, state);
+  gf_status status = gf_fake_hook_result(fake, GF_FAKE_HOOK_LAUNCH_FOLDED, err);
+  if (status != GF_OK) {
+    return status;
+  }
+  gf_fake_graph *replayed = graph;
+  if (!gf_fake_graph_is_live(fake, replayed)) {
+    gf_fake_violation(fake, "launch_folded of a graph this backend does not hold");
+    return gf_error_set(err, GF_ERR_BACKEND, "fake backend: launch of an unknown graph");
+  }
+  gf_fake_kernel *input_node = (gf_fake_kernel *)gf_fake_find_copy_node(replayed, GF_COPY_INPUTS);
+  gf_fake_kernel *output_node = (gf_fake_kernel *)gf_fake_find_copy_node(replayed, GF_COPY_OUTPUTS);
+  if (replayed->hide_nodes || input_node == NULL || output_node == NULL) {
+    return GF_ERR_NOT_FOUND; /* launched nothing */
+  }
+  status = gf_fake_rewrite_table(fake, input_node, inputs, input_count, err);
+  if (status == GF_OK) {
+    status = gf_fake_rewrite_table(fake, output_node, outputs, output_count, err);
+  }
+  if (status == GF_OK) {
+    gf_fake_graph_run(replayed);
+  }
+  return status;
+}
+
+void gf_fake_backend_enable_folding(gf_fake_backend *fake) {
+  fake->fold = 1;
+  fake->fold_max_copies = SIZE_MAX;
+  fake->table.capture_copy_node = gf_fake_capture_copy_node;
+  fake->table.launch_folded = gf_fake_launch_folded;
 }
 
 /* ---- the malloc host --------------------------------------------------------------------- */

@@ -3,7 +3,9 @@
  * "graphs" that are plain lists of recorded host kernels) and a malloc host (float32 host buffers
  * with counted handles, a forward that computes out_j = (2 + j) * in0 + in1 + in2 + ..., a
  * configurable agreement result and recorded warnings). Both check the protocol the runner must
- * follow and count violations, so a test can assert that none happened. */
+ * follow and count violations, so a test can assert that none happened. The backend's optional
+ * folding hooks (copy nodes recorded into the graph, replays as one launch) are off unless a test
+ * turns them on with gf_fake_backend_enable_folding. */
 #ifndef GF_TEST_FAKES_H
 #define GF_TEST_FAKES_H
 
@@ -63,19 +65,29 @@ typedef enum gf_fake_hook {
   GF_FAKE_HOOK_COPY_BATCH,
   GF_FAKE_HOOK_LAUNCH,
   GF_FAKE_HOOK_RELEASE_GRAPH,
+  GF_FAKE_HOOK_CAPTURE_COPY_NODE,
+  GF_FAKE_HOOK_LAUNCH_FOLDED,
   GF_FAKE_HOOK_COUNT
 } gf_fake_hook;
 
-/* The event name a hook logs ("probe_begin", ...; copy_batch logs "copy_batch(n)"). */
+/* The event name a hook logs ("probe_begin", ...; copy_batch logs "copy_batch(n)",
+ * capture_copy_node "capture_copy_node(inputs,n)" or "(outputs,n)", launch_folded
+ * "launch_folded(inputs,outputs)" with the two table lengths). */
 const char *gf_fake_hook_name(gf_fake_hook hook);
 
 /* A host computation recorded while capturing; launching the graph runs it again on the same
- * buffers, which is what a device graph does. */
+ * buffers, which is what a device graph does. A copy node (is_copy_node) is a recorded copy table
+ * instead: launching runs its copies, and launch_folded rewrites the table first. */
 typedef struct gf_fake_kernel {
   gf_tensor *inputs;
   size_t input_count;
   gf_tensor *outputs;
   size_t output_count;
+  int is_copy_node;
+  int copy_role;            /* GF_COPY_INPUTS or GF_COPY_OUTPUTS */
+  gf_copy *copies;          /* the current table */
+  gf_copy *recorded_copies; /* the table as recorded, which rewrites are checked against */
+  size_t copy_count;
 } gf_fake_kernel;
 
 typedef struct gf_fake_graph gf_fake_graph;
@@ -100,11 +112,21 @@ typedef struct gf_fake_backend {
   int64_t live_states;
   uint64_t protocol_errors; /* hooks called out of order or with a foreign state or graph */
   char last_protocol_error[160];
+  /* Folding, set up by gf_fake_backend_enable_folding. */
+  int fold;               /* the table has capture_copy_node and launch_folded */
+  size_t fold_max_copies; /* capture_copy_node refuses (*recorded = 0) a longer table */
+  int fold_hide_nodes;    /* graphs captured while set keep their copy nodes (plain launches run
+                             them) but launch_folded cannot find them: GF_ERR_NOT_FOUND */
+  size_t last_folded_count[2];    /* the last launch_folded's tables, by role: entries, */
+  size_t last_folded_nonempty[2]; /* entries of more than zero bytes */
+  size_t last_folded_bytes[2];    /* and bytes in all */
 } gf_fake_backend;
 
 void gf_fake_backend_init(gf_fake_backend *fake, gf_fake_log *log);
 /* Makes `hook` fail (with GF_ERR_BACKEND and message) after `skip` more successful calls. */
 void gf_fake_backend_fail(gf_fake_backend *fake, gf_fake_hook hook, int skip, const char *message);
+/* Adds capture_copy_node and launch_folded to the table, taking tables of any length. */
+void gf_fake_backend_enable_folding(gf_fake_backend *fake);
 /* Records a kernel into the graph being captured; 0 when not capturing. */
 int gf_fake_backend_record(gf_fake_backend *fake, const gf_tensor *inputs, size_t input_count,
                            const gf_tensor *outputs, size_t output_count);

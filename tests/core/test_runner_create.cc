@@ -4,6 +4,7 @@
 #include "gf_backend_registry.h"
 #include "gf_runner.h"
 #include "gf_test_fakes.h"
+#include "runner_fixture.h"
 
 #include <gtest/gtest.h>
 
@@ -13,36 +14,22 @@
 
 namespace {
 
-class RunnerCreate : public ::testing::Test {
-protected:
-  void SetUp() override {
-    gf_fake_backend_init(&backend_, &log_);
-    gf_fake_host_init(&host_, &log_, &backend_);
-    config_.device_type = GF_FAKE_DEVICE_TYPE;
-    config_.device_index = 0;
-    config_.max_entries = 4;
-    config_.warmup_iters = 1;
-    config_.enabled = 1;
-  }
-  void TearDown() override {
-    gf_runner_destroy(runner_);
-    gf_fake_host_free(&host_);
-    gf_fake_log_free(&log_);
-  }
+using RunnerCreate = runner_test::Runner;
+using runner_test::Inputs;
+using runner_test::MakeInputs;
 
-  // Creates on table; returns the status and leaves the message in err_.
-  gf_status Create(const gf_backend *table) {
-    gf_host host = gf_fake_host_table(&host_);
-    return gf_runner_create(&config_, &host, table, &runner_, &err_);
-  }
+// The fake host's empty_like, failing with GF_ERR_NO_MEMORY while out_of_memory is set, as an
+// allocator that has run dry would.
+bool out_of_memory = false;
+gf_status (*fake_empty_like)(void *, const gf_tensor *, gf_tensor *, gf_error *) = nullptr;
 
-  gf_fake_log log_ = {};
-  gf_fake_backend backend_ = {};
-  gf_fake_host host_ = {};
-  gf_runner_config config_ = {};
-  gf_runner *runner_ = nullptr;
-  gf_error err_ = {};
-};
+gf_status empty_like_running_dry(void *context, const gf_tensor *like, gf_tensor *out,
+                                 gf_error *err) {
+  if (out_of_memory) {
+    return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: no memory left for an output");
+  }
+  return fake_empty_like(context, like, out, err);
+}
 
 TEST_F(RunnerCreate, RefusesABackendThatLacksADeviceHook) {
   gf_backend table = backend_.table;
@@ -111,6 +98,20 @@ TEST_F(RunnerCreate, RefusesNegativeWarmupsAfterCheckingTheTables) {
   EXPECT_EQ(Create(&backend_.table), GF_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(std::string(err_.message), "graphed: warmup_iters must be 0 or more, got -1");
   EXPECT_EQ(host_.destroyed, 1);
+}
+
+TEST_F(RunnerCreate, AnAllocationFailureInAReplayIsNamedAsSuch) {
+  gf_host table = gf_fake_host_table(&host_);
+  fake_empty_like = table.empty_like;
+  table.empty_like = empty_like_running_dry;
+  ASSERT_EQ(gf_runner_create(&config_, &table, &backend_.table, &runner_, &err_), GF_OK);
+  Inputs inputs = MakeInputs(2, {3}, 1.0f);
+  CallExpectingCorrect(inputs); // captures and replays
+  out_of_memory = true;
+  runner_test::Result failed = Call(inputs.views);
+  out_of_memory = false;
+  EXPECT_EQ(failed.status, GF_OK) << "the call still returns the eager result";
+  EXPECT_EQ(Reason(), "out of host memory for a replay: graphed: no memory left for an output");
 }
 
 } // namespace

@@ -13,6 +13,7 @@ Run as a script (`python test_agreement.py worker ...`), this file is the child.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -24,6 +25,7 @@ from pathlib import Path
 import graphed
 import pytest
 import torch
+from _backend_choice import using_backend
 
 CHILD_TIMEOUT_S = 180
 GROUP_TIMEOUT_S = 60
@@ -66,8 +68,9 @@ def _worker(rank: int, world_size: int, port: int, mode: str, plan: str, result_
     import torch.distributed as dist
 
     backends = plan.split(",")
+    backend_choice = contextlib.nullcontext()
     if mode == "gloo":
-        torch.ops.graphed.use_backend(backends[rank])
+        backend_choice = using_backend(backends[rank])
         device = torch.device("cpu")
         synchronize = False
     else:
@@ -83,7 +86,8 @@ def _worker(rank: int, world_size: int, port: int, mode: str, plan: str, result_
     )
     try:
         module = SmallForward(synchronize).to(device)
-        gf = graphed.GraphedForward(module, device=device, group=dist.group.WORLD, name="agree")
+        with backend_choice:
+            gf = graphed.GraphedForward(module, device=device, group=dist.group.WORLD, name="agree")
         calls = []
         for seed in (10 + rank, 20 + rank):
             request = _request(device, seed)
@@ -177,13 +181,7 @@ def _check_both_disabled_at_the_first_call(reports: list[dict]) -> None:
         _check_eager_results(report, tolerance=1e-6)
 
 
-@pytest.fixture
-def emulated_backend_available() -> None:
-    if not hasattr(torch.ops.graphed, "use_backend"):
-        pytest.fail("torch.ops.graphed.use_backend is missing: the library predates it")
-
-
-def test_gloo_capture_failure_on_one_rank_disables_both(tmp_path, emulated_backend_available):
+def test_gloo_capture_failure_on_one_rank_disables_both(tmp_path, backend_choice):
     reports = _run_ranks(tmp_path, "gloo", ["emulated", "emulated_fail_capture"])
     _check_both_disabled_at_the_first_call(reports)
     healthy, failing = reports
@@ -193,7 +191,7 @@ def test_gloo_capture_failure_on_one_rank_disables_both(tmp_path, emulated_backe
     assert "emulated capture failure" in failing["calls"][0]["stats"]["disabled_reason"]
 
 
-def test_gloo_ranks_that_both_capture_stay_enabled(tmp_path, emulated_backend_available):
+def test_gloo_ranks_that_both_capture_stay_enabled(tmp_path, backend_choice):
     reports = _run_ranks(tmp_path, "gloo", ["emulated", "emulated"])
     for report in reports:
         first, second = (call["stats"] for call in report["calls"])

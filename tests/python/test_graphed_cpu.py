@@ -191,13 +191,9 @@ def test_disable_keeps_calls_eager(module):
         assert gf.stats()["captures"] == 0
 
 
-def test_disable_of_a_capturing_runner_drops_its_graphs_and_runs_eager(module):
+def test_disable_of_a_capturing_runner_drops_its_graphs_and_runs_eager(module, emulated_backend):
     # The emulated backend captures on the CPU, so the runner starts enabled here.
-    torch.ops.graphed.use_backend("emulated")
-    try:
-        gf = GraphedForward(module, device="cpu")
-    finally:
-        torch.ops.graphed.use_backend("default")
+    gf = GraphedForward(module, device="cpu")
     kwargs = _inputs()
     with torch.no_grad():
         expected = module(**kwargs)
@@ -390,12 +386,8 @@ class SleepyScale(torch.nn.Module):
 
 
 @pytest.mark.parametrize("path", ["c_entry_point", "python_path"])
-def test_threads_sharing_a_runner_neither_deadlock_nor_mix_calls(path):
-    torch.ops.graphed.use_backend("emulated")
-    try:
-        gf = GraphedForward(SleepyScale(), device="cpu")
-    finally:
-        torch.ops.graphed.use_backend("default")
+def test_threads_sharing_a_runner_neither_deadlock_nor_mix_calls(path, emulated_backend):
+    gf = GraphedForward(SleepyScale(), device="cpu")
     failures: list[str] = []
     calls = 10
 
@@ -429,12 +421,8 @@ def test_threads_sharing_a_runner_neither_deadlock_nor_mix_calls(path):
     assert (stats["captures"], stats["replays"]) == (3, 3 * calls)
 
 
-def test_input_on_another_device_is_a_value_error_and_the_runner_stays_usable():
-    torch.ops.graphed.use_backend("emulated")
-    try:
-        gf = GraphedForward(SleepyScale(), device="cpu")
-    finally:
-        torch.ops.graphed.use_backend("default")
+def test_input_on_another_device_is_a_value_error_and_the_runner_stays_usable(emulated_backend):
+    gf = GraphedForward(SleepyScale(), device="cpu")
     with pytest.raises(ValueError, match="input tensor 0 is not on the runner's device"):
         gf(x=torch.empty(2, 2, device="meta"), scale=2.0)
     x = torch.randn(2, 2)
@@ -442,3 +430,19 @@ def test_input_on_another_device_is_a_value_error_and_the_runner_stays_usable():
     stats = gf.stats()
     assert stats["enabled"], stats["disabled_reason"]
     assert stats["captures"] == 1
+
+
+@pytest.mark.parametrize("emulated_backend", ["emulated_fail_capture"], indirect=True)
+def test_failed_capture_disables_the_runner_and_returns_the_eager_result(module, emulated_backend):
+    gf = GraphedForward(module, device="cpu")
+    assert gf.stats()["enabled"] is True
+    for call in range(1, 3):
+        kwargs = _inputs()
+        with torch.no_grad():
+            expected = module(**kwargs)
+        torch.testing.assert_close(gf(**kwargs), expected, rtol=0, atol=0)
+        stats = gf.stats()
+        assert stats["backend"] == emulated_backend
+        assert stats["enabled"] is False
+        assert "emulated capture failure" in stats["disabled_reason"]
+        assert (stats["captures"], stats["graphs"], stats["eager_calls"]) == (0, 0, call)

@@ -8,8 +8,9 @@ while new shapes do, the LRU keeps pinned graphs, outputs stay valid (or share s
 asked), random numbers advance across replays, a synchronizing forward falls back to eager, an
 outer capture is respected, and the launches per replay do not grow with the number of inputs.
 
-They skip on machines without CUDA; the DiT model is defined here so that they depend on nothing
-outside the package.
+They skip on machines without CUDA. The model is the DiT the demo and the benchmarks run
+(bench/dit_model.py, which conftest.py puts on sys.path), so the tests and the measurements
+exercise the same forward.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import contextlib
 import itertools
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
+from dit_model import DiT, DiTConfig
+from dit_model import make_inputs as dit_inputs
 from graphed import GraphedForward
 from torch import nn
 
@@ -35,147 +38,51 @@ pytestmark = [
 BF16_REL_TOL = 2e-2
 
 
-# -- a small DiT: adaLN blocks with RoPE self-attention, prompt cross-attention and an MLP ------
-
-
-def timestep_embedding(timestep: torch.Tensor, dim: int, max_period: float = 10000.0):
-    half = dim // 2
-    steps = torch.arange(half, device=timestep.device, dtype=torch.float32)
-    freqs = torch.exp(-math.log(max_period) * steps / half)
-    angles = timestep.float()[:, None] * freqs[None]
-    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
-
-
-def apply_rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotates the two halves of the head dimension of t (batch, heads, rows, head_dim) by the
-    per-row angles whose cos and sin are (rows, head_dim / 2)."""
-    half = t.shape[-1] // 2
-    first, second = t[..., :half].float(), t[..., half:].float()
-    rotated = torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
-    return rotated.to(t.dtype)
-
-
-class DiTBlock(nn.Module):
-    def __init__(self, dim: int, heads: int, prompt_dim: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm1 = nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.norm_cross = nn.LayerNorm(dim, eps=1e-6)
-        self.cross_q = nn.Linear(dim, dim)
-        self.cross_kv = nn.Linear(prompt_dim, 2 * dim)
-        self.cross_out = nn.Linear(dim, dim)
-        self.norm2 = nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
-        self.mlp = nn.Sequential(
-            nn.Linear(dim, 4 * dim), nn.GELU(approximate="tanh"), nn.Linear(4 * dim, dim)
-        )
-        self.ada = nn.Linear(dim, 6 * dim)
-
-    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
-        batch, rows, _ = t.shape
-        return t.reshape(batch, rows, self.heads, -1).transpose(1, 2)
-
-    def _merge_heads(self, t: torch.Tensor) -> torch.Tensor:
-        batch, _, rows, _ = t.shape
-        return t.transpose(1, 2).reshape(batch, rows, -1)
-
-    def forward(self, x, cond, rope, prompt):
-        modulation = self.ada(F.silu(cond)).unsqueeze(1).chunk(6, dim=-1)
-        shift1, scale1, gate1, shift2, scale2, gate2 = modulation
-        h = self.norm1(x) * (1 + scale1) + shift1
-        q, k, v = (self._split_heads(part) for part in self.qkv(h).chunk(3, dim=-1))
-        q = apply_rope(q, rope["cos"], rope["sin"])
-        k = apply_rope(k, rope["cos"], rope["sin"])
-        x = x + gate1 * self.proj(self._merge_heads(F.scaled_dot_product_attention(q, k, v)))
-        cq = self._split_heads(self.cross_q(self.norm_cross(x)))
-        ck, cv = (self._split_heads(part) for part in self.cross_kv(prompt).chunk(2, dim=-1))
-        x = x + self.cross_out(self._merge_heads(F.scaled_dot_product_attention(cq, ck, cv)))
-        h = self.norm2(x) * (1 + scale2) + shift2
-        return x + gate2 * self.mlp(h)
-
-
-@dataclass(frozen=True)
-class DiTConfig:
-    depth: int
-    dim: int
-    heads: int
-    in_dim: int
-    prompt_dim: int
-    prompt_len: int
-    max_positions: int
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.heads
+# -- the DiT the demo and the benchmarks run (bench/dit_model.py), at two sizes, in bf16 --------
 
 
 SMALL = DiTConfig(
-    depth=2, dim=128, heads=4, in_dim=16, prompt_dim=64, prompt_len=8, max_positions=128
+    blocks=2,
+    dim=128,
+    heads=4,
+    channels=16,
+    prompt_rows=8,
+    prompt_dim=64,
+    max_positions=128,
+    dtype=torch.bfloat16,
+    device="cuda",
 )
 TARGET = DiTConfig(
-    depth=24, dim=1024, heads=16, in_dim=64, prompt_dim=512, prompt_len=32, max_positions=1024
+    blocks=24,
+    dim=1024,
+    heads=16,
+    channels=64,
+    prompt_rows=32,
+    prompt_dim=512,
+    max_positions=1024,
+    dtype=torch.bfloat16,
+    device="cuda",
 )
 
 
-class TinyDiT(nn.Module):
-    """forward(*, x, timestep, prompt_emb, rope, positions, ref_tail=None) -> (1, rows, in_dim).
-
-    ref_tail, when given, is appended to the rows of x (a reference image's latents); rope and
-    positions then cover rows + tail rows, and only the rows of x come out."""
-
-    def __init__(self, config: DiTConfig) -> None:
-        super().__init__()
-        dim = config.dim
-        self.x_in = nn.Linear(config.in_dim, dim)
-        self.pos = nn.Embedding(config.max_positions, dim)
-        self.t_mlp = nn.Sequential(nn.Linear(256, dim), nn.SiLU(), nn.Linear(dim, dim))
-        self.prompt_pool = nn.Linear(config.prompt_dim, dim)
-        self.blocks = nn.ModuleList(
-            DiTBlock(dim, config.heads, config.prompt_dim) for _ in range(config.depth)
-        )
-        self.final_norm = nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
-        self.final_ada = nn.Linear(dim, 2 * dim)
-        self.out = nn.Linear(dim, config.in_dim)
-
-    def forward(self, *, x, timestep, prompt_emb, rope, positions, ref_tail=None):
-        rows = x.shape[1]
-        h = self.x_in(x)
-        if ref_tail is not None:
-            h = torch.cat([h, self.x_in(ref_tail)], dim=1)
-        h = h + self.pos.weight.index_select(0, positions).unsqueeze(0)
-        t_emb = self.t_mlp(timestep_embedding(timestep, 256).to(h.dtype))
-        cond = t_emb + self.prompt_pool(prompt_emb.mean(dim=1))
-        for block in self.blocks:
-            h = block(h, cond, rope, prompt_emb)
-        shift, scale = self.final_ada(F.silu(cond)).unsqueeze(1).chunk(2, dim=-1)
-        h = self.final_norm(h) * (1 + scale) + shift
-        return self.out(h[:, :rows])
-
-
-def make_model(config: DiTConfig, seed: int = 0) -> TinyDiT:
+def make_model(config: DiTConfig, seed: int = 0) -> DiT:
+    """The model on the config's device and dtype, in eval mode, with seeded weights."""
     torch.manual_seed(seed)
-    return TinyDiT(config).to(device="cuda", dtype=torch.bfloat16).eval()
+    return DiT(config)
 
 
 def make_inputs(config: DiTConfig, rows: int, tail_rows: int = 0) -> dict:
-    """Fresh random per-request tensors: every call of a test gets new values."""
-    device = "cuda"
-    total = rows + tail_rows
-    angles = torch.rand(total, config.head_dim // 2, device=device) * (2 * math.pi)
-    kwargs = {
-        "x": torch.randn(1, rows, config.in_dim, device=device, dtype=torch.bfloat16),
-        "timestep": torch.rand(1, device=device) * 1000,
-        "prompt_emb": torch.randn(
-            1, config.prompt_len, config.prompt_dim, device=device, dtype=torch.bfloat16
-        ),
-        "rope": {"cos": torch.cos(angles), "sin": torch.sin(angles)},
-        "positions": torch.randperm(config.max_positions, device=device)[:total],
-    }
-    if tail_rows:
-        kwargs["ref_tail"] = torch.randn(
-            1, tail_rows, config.in_dim, device=device, dtype=torch.bfloat16
-        )
+    """Fresh random per-request tensors: every call of a test gets new values, including the RoPE
+    table and the positions into it, so a replay that kept any stale input would show."""
+    angles = torch.rand(config.max_positions, config.head_dim // 2, device=config.device)
+    angles = angles * (2 * math.pi)
+    rope = {"cos": torch.cos(angles).to(config.dtype), "sin": torch.sin(angles).to(config.dtype)}
+    kwargs = dit_inputs(replace(config, rows=rows), ref_tail_rows=tail_rows, rope=rope)
+    kwargs["positions"] = torch.randperm(config.max_positions, device=config.device)[
+        : rows + tail_rows
+    ]
+    if kwargs["ref_tail"] is None:
+        del kwargs["ref_tail"]  # a request without a reference image does not pass one
     return kwargs
 
 
@@ -199,7 +106,7 @@ def assert_matches_eager(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 
 @pytest.fixture(scope="module")
-def small_model() -> TinyDiT:
+def small_model() -> DiT:
     return make_model(SMALL)
 
 
@@ -215,7 +122,7 @@ def test_target_size_replays_match_eager():
         kwargs = make_inputs(TARGET, rows=300)
         out = gf(**kwargs)
         reference = eager(model, kwargs)
-        assert out.shape == (1, 300, TARGET.in_dim)
+        assert out.shape == (1, 300, TARGET.channels)
         assert_matches_eager(out, reference)
         if previous_reference is not None:
             # Different requests give clearly different outputs, so a stale replay would fail.
@@ -258,7 +165,7 @@ def test_new_row_count_or_tail_presence_captures_a_new_graph(small_model):
     for call, ((rows, tail_rows), captures) in enumerate(plan, start=1):
         kwargs = make_inputs(SMALL, rows=rows, tail_rows=tail_rows)
         out = gf(**kwargs)
-        assert out.shape == (1, rows, SMALL.in_dim)
+        assert out.shape == (1, rows, SMALL.channels)
         assert_matches_eager(out, eager(small_model, kwargs))
         stats = gf.stats()
         assert stats["captures"] == captures, (call, rows, tail_rows, stats)
