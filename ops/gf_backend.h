@@ -23,7 +23,7 @@ typedef struct gf_copy {
 } gf_copy;
 
 typedef struct gf_backend {
-  const char *name; /* "cuda", "xpu", "none", or a test's name */
+  const char *name; /* the name it is registered and reported under */
   void *context;    /* the backend's own data, passed to every hook */
 
   /* 1 when graphs can be captured on this device (device_type/index as in gf_tensor); else 0 and

@@ -1,0 +1,72 @@
+"""The layering of the native code, checked from its #include lines: arrows point down only
+(pyext -> shim -> backends -> ops), each backend keeps to its own folder, and ops/ includes
+nothing outside itself. docs/architecture.md has the table this enforces."""
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = (".c", ".cc", ".cpp", ".cu", ".h")
+# Folder -> the folders whose headers it may include (besides its own).
+ALLOWED = {
+    "ops": set(),
+    "backends/common": {"ops"},
+    "backends/cuda": {"ops", "backends/common"},
+    "backends/xpu": {"ops"},
+    "backends/emulated": {"ops"},
+    "shim": {"ops", "backends/common", "backends/cuda", "backends/xpu", "backends/emulated"},
+    "pyext": {"ops", "shim", "backends/common"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def _headers_by_folder() -> dict[str, str]:
+    """Header file name -> the folder of ours that holds it."""
+    owners = {}
+    for folder in ALLOWED:
+        for header in (ROOT / folder).glob("*.h"):
+            owners[header.name] = folder
+    return owners
+
+
+def _includes(folder: str) -> list[tuple[str, str]]:
+    found = []
+    for path in sorted((ROOT / folder).iterdir()):
+        if path.suffix in SOURCES:
+            found += [(path.name, name) for name in INCLUDE.findall(path.read_text())]
+    return found
+
+
+@pytest.mark.parametrize("folder", sorted(ALLOWED))
+def test_folder_includes_only_what_it_may(folder):
+    owners = _headers_by_folder()
+    wrong = []
+    for source, header in _includes(folder):
+        owner = owners.get(Path(header).name)
+        if owner is None:
+            continue  # a system or library header (torch, CUDA, Level Zero, CPython)
+        if owner != folder and owner not in ALLOWED[folder]:
+            wrong.append(f"{folder}/{source} includes {owner}/{header}")
+    assert not wrong, "arrows must point down: " + "; ".join(wrong)
+
+
+def test_core_names_no_platform_library():
+    platform_headers = re.compile(r"#\s*include\s+[<\"](ATen|c10|torch|cuda|level_zero|Python)")
+    for path in (ROOT / "ops").iterdir():
+        if path.suffix in SOURCES:
+            assert not platform_headers.search(path.read_text()), path.name
+
+
+def test_the_check_sees_a_wrong_arrow(tmp_path, monkeypatch):
+    """The checker itself: a core file that includes a shim header is reported."""
+    fake_root = tmp_path
+    for folder in ALLOWED:
+        (fake_root / folder).mkdir(parents=True)
+    (fake_root / "shim" / "gf_shim_host.h").write_text("")
+    (fake_root / "ops" / "gf_runner.c").write_text('#include "gf_shim_host.h"\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", fake_root)
+    with pytest.raises(AssertionError, match="ops/gf_runner.c includes shim/gf_shim_host.h"):
+        test_folder_includes_only_what_it_may("ops")
