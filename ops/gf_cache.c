@@ -183,6 +183,7 @@ gf_entry *gf_entry_create(const gf_signature *sig, int pinned, gf_error *err) {
 
 void gf_entry_destroy(gf_entry *entry) {
   gf_signature_free(&entry->signature);
+  free(entry->mutated_inputs);
   gf_pool_free(&entry->static_inputs, NULL, NULL);
   gf_pool_free(&entry->static_outputs, NULL, NULL);
   gf_pool_free(&entry->keep_alive, NULL, NULL);

@@ -28,6 +28,8 @@ typedef struct gf_entry {
   gf_pool static_inputs;  /* contiguous copies the graph reads */
   gf_pool static_outputs; /* the tensors the graph writes */
   gf_pool keep_alive;     /* tensors outside the kwargs the forward reads */
+  size_t *mutated_inputs; /* indices of the inputs the forward writes in place, ascending */
+  size_t mutated_count;   /* replays write those back to the caller's tensors */
   struct gf_entry *lru_newer;
   struct gf_entry *lru_older;
   struct gf_entry *bucket_next;

@@ -14,6 +14,15 @@
 extern "C" {
 #endif
 
+/* Why the host is asked to run the forward. The host may tell its forward (capture-aware code
+ * takes its capture branch in the probe and warm-ups too, so they run what the capture records). */
+typedef enum gf_forward_phase {
+  GF_PHASE_EAGER = 0,   /* a call that runs eager: disabled runner, outer capture, fallback */
+  GF_PHASE_PROBE = 1,   /* the first warm-up of a runner's first capture, under the sync probe */
+  GF_PHASE_WARMUP = 2,  /* a warm-up on the side stream before a capture */
+  GF_PHASE_CAPTURE = 3, /* the forward being recorded into a graph */
+} gf_forward_phase;
+
 typedef struct gf_host {
   void *context;
   /* A fresh contiguous tensor holding a copy of live (its handle owned by the caller). */
@@ -22,9 +31,11 @@ typedef struct gf_host {
   gf_status (*empty_like)(void *context, const gf_tensor *like, gf_tensor *out, gf_error *err);
   /* A new owning handle to the same tensor. */
   gf_status (*retain)(void *context, const gf_tensor *tensor, gf_tensor *out, gf_error *err);
-  /* Runs the forward once on inputs, appending its outputs (owned handles) to outputs. */
-  gf_status (*run_forward)(void *context, const gf_tensor *inputs, size_t count, gf_pool *outputs,
-                           gf_error *err);
+  /* Runs the forward once on inputs, appending its outputs (owned handles) to outputs. When
+   * mutated is not NULL it has count bytes, and the host sets mutated[i] to 1 for each input the
+   * forward wrote in place (torch: its version counter moved), else 0. */
+  gf_status (*run_forward)(void *context, gf_forward_phase phase, const gf_tensor *inputs,
+                           size_t count, gf_pool *outputs, unsigned char *mutated, gf_error *err);
   /* The MIN of ok over the process group (ok itself without a group); negative on failure. */
   int (*agree)(void *context, int ok);
   void (*release)(void *context, void *handle);

@@ -225,10 +225,14 @@ static gf_status gf_runner_adopt(gf_runner *runner, gf_pool *pool, gf_status mad
   return status;
 }
 
+/* An eager run on the caller's own tensors: their in-place writes happen for real, and are
+ * reported to a caller that asked (it may have passed temporary copies). */
 static gf_status gf_runner_run_eager(gf_runner *runner, const gf_tensor *inputs, size_t count,
-                                     gf_pool *results, gf_error *err) {
+                                     const gf_call_options *options, gf_pool *results,
+                                     gf_error *err) {
   runner->eager_calls++;
-  return runner->host.run_forward(runner->host.context, inputs, count, results, err);
+  return runner->host.run_forward(runner->host.context, GF_PHASE_EAGER, inputs, count, results,
+                                  options->mutated_inputs, err);
 }
 
 static gf_status gf_runner_reserve_copies(gf_runner *runner, size_t count, gf_error *err) {
@@ -252,6 +256,26 @@ static void gf_runner_input_copies(const gf_entry *entry, const gf_tensor *input
     const gf_tensor *fixed = &entry->static_inputs.tensors[i];
     size_t bytes = gf_tensor_same_view(fixed, &inputs[i]) ? 0 : (size_t)gf_tensor_nbytes(fixed);
     copies[i] = (gf_copy){fixed->data, bytes ? inputs[i].data : fixed->data, bytes};
+  }
+}
+
+/* The write-backs of a replay, one per input the forward writes in place: the static buffer's new
+ * values into the caller's tensor (zero bytes when the caller passed the static buffer itself).
+ * Marks those inputs in mutated when the caller asked. */
+static void gf_runner_write_back_copies(const gf_entry *entry, const gf_tensor *inputs,
+                                        gf_copy *copies, unsigned char *mutated,
+                                        size_t input_count) {
+  if (mutated != NULL) {
+    memset(mutated, 0, input_count);
+  }
+  for (size_t m = 0; m < entry->mutated_count; ++m) {
+    const size_t i = entry->mutated_inputs[m];
+    const gf_tensor *fixed = &entry->static_inputs.tensors[i];
+    size_t bytes = gf_tensor_same_view(fixed, &inputs[i]) ? 0 : (size_t)gf_tensor_nbytes(fixed);
+    copies[m] = (gf_copy){bytes ? inputs[i].data : fixed->data, fixed->data, bytes};
+    if (mutated != NULL) {
+      mutated[i] = 1;
+    }
   }
 }
 
@@ -293,13 +317,13 @@ static gf_status gf_runner_copy_nonempty(gf_runner *runner, gf_copy *copies, siz
                                      err);
 }
 
-/* The replay path: refresh the static inputs, launch, fill the outputs. When the copies were
- * folded into the graph at capture this is one launch; otherwise a batched copy on either side
- * of it. */
+/* The replay path: refresh the static inputs, launch, fill the outputs and write mutated inputs
+ * back. When the copies were folded into the graph at capture this is one launch (the
+ * write-backs ride in the output node's table); otherwise a batched copy on either side of it. */
 static gf_status gf_runner_replay(gf_runner *runner, gf_entry *entry, const gf_tensor *inputs,
                                   size_t count, const gf_call_options *options, gf_pool *results,
                                   gf_error *err) {
-  const size_t output_count = entry->static_outputs.count;
+  const size_t output_count = entry->static_outputs.count + entry->mutated_count;
   gf_status status = gf_runner_reserve_copies(runner, count + output_count, err);
   if (status != GF_OK) {
     return status;
@@ -307,6 +331,8 @@ static gf_status gf_runner_replay(gf_runner *runner, gf_entry *entry, const gf_t
   gf_copy *input_copies = runner->scratch_copies;
   gf_copy *output_copies = runner->scratch_copies + count;
   gf_runner_input_copies(entry, inputs, count, input_copies);
+  gf_runner_write_back_copies(entry, inputs, output_copies + entry->static_outputs.count,
+                              options->mutated_inputs, count);
   status = gf_runner_output_slots(runner, entry, options, results, output_copies, err);
   const gf_backend *backend = runner->backend;
   int launched = 0;
@@ -337,25 +363,55 @@ static gf_status gf_runner_replay(gf_runner *runner, gf_entry *entry, const gf_t
 }
 
 /* Records one of the graph's copy nodes (see gf_backend.h) with self-copies of the static
- * buffers, which replays rewrite. *recorded is 0 when the backend does not fold. */
-static gf_status gf_runner_capture_copy_node(gf_runner *runner, int role, const gf_pool *buffers,
+ * buffers, which replays rewrite: the inputs node copies into the static inputs; the outputs node
+ * copies out of the static outputs and then out of the static inputs the forward writes in place
+ * (the write-backs). *recorded is 0 when the backend does not fold. */
+static gf_status gf_runner_capture_copy_node(gf_runner *runner, int role, const gf_entry *entry,
                                              int *recorded, gf_error *err) {
   *recorded = 0;
   const gf_backend *backend = runner->backend;
   if (backend->capture_copy_node == NULL || backend->launch_folded == NULL) {
     return GF_OK;
   }
-  gf_status status = gf_runner_reserve_copies(runner, buffers->count, err);
-  for (size_t i = 0; status == GF_OK && i < buffers->count; ++i) {
-    void *data = buffers->tensors[i].data;
+  const gf_pool *buffers = role == GF_COPY_INPUTS ? &entry->static_inputs : &entry->static_outputs;
+  const size_t write_backs = role == GF_COPY_INPUTS ? 0 : entry->mutated_count;
+  const size_t count = buffers->count + write_backs;
+  gf_status status = gf_runner_reserve_copies(runner, count, err);
+  for (size_t i = 0; status == GF_OK && i < count; ++i) {
+    const gf_tensor *buffer =
+        i < buffers->count
+            ? &buffers->tensors[i]
+            : &entry->static_inputs.tensors[entry->mutated_inputs[i - buffers->count]];
     runner->scratch_copies[i] =
-        (gf_copy){data, data, (size_t)gf_tensor_nbytes(&buffers->tensors[i])};
+        (gf_copy){buffer->data, buffer->data, (size_t)gf_tensor_nbytes(buffer)};
   }
   if (status == GF_OK) {
     status = backend->capture_copy_node(backend->context, runner->backend_state, role,
-                                        runner->scratch_copies, buffers->count, recorded, err);
+                                        runner->scratch_copies, count, recorded, err);
   }
   return status;
+}
+
+/* Keeps the indices of the inputs the capture forward wrote in place. */
+static gf_status gf_runner_keep_mutated(gf_entry *entry, const unsigned char *mutated, size_t count,
+                                        gf_error *err) {
+  size_t found = 0;
+  for (size_t i = 0; i < count; ++i) {
+    found += mutated[i] != 0;
+  }
+  if (found == 0) {
+    return GF_OK;
+  }
+  entry->mutated_inputs = malloc(found * sizeof *entry->mutated_inputs);
+  if (entry->mutated_inputs == NULL) {
+    return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for mutated inputs");
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (mutated[i]) {
+      entry->mutated_inputs[entry->mutated_count++] = i;
+    }
+  }
+  return GF_OK;
 }
 
 static void gf_runner_discard_outputs(gf_runner *runner, gf_pool *outputs) {
@@ -390,8 +446,9 @@ static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, g
       probing = status == GF_OK; /* end only a probe that began */
     }
     if (status == GF_OK) {
-      status = runner->host.run_forward(runner->host.context, entry->static_inputs.tensors,
-                                        entry->static_inputs.count, &scratch, err);
+      status = runner->host.run_forward(
+          runner->host.context, probing ? GF_PHASE_PROBE : GF_PHASE_WARMUP,
+          entry->static_inputs.tensors, entry->static_inputs.count, &scratch, NULL, err);
     }
     if (probing) {
       gf_error end_err = {0};
@@ -440,16 +497,25 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
   }
   int folded_inputs = 0;
   int folded_outputs = 0;
-  status = gf_runner_capture_copy_node(runner, GF_COPY_INPUTS, &entry->static_inputs,
-                                       &folded_inputs, err);
+  unsigned char *mutated = calloc(count ? count : 1, 1);
+  if (mutated == NULL) {
+    status = gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for a capture");
+  }
   if (status == GF_OK) {
-    status = runner->host.run_forward(runner->host.context, entry->static_inputs.tensors,
-                                      entry->static_inputs.count, &entry->static_outputs, err);
+    status = gf_runner_capture_copy_node(runner, GF_COPY_INPUTS, entry, &folded_inputs, err);
+  }
+  if (status == GF_OK) {
+    status = runner->host.run_forward(runner->host.context, GF_PHASE_CAPTURE,
+                                      entry->static_inputs.tensors, entry->static_inputs.count,
+                                      &entry->static_outputs, mutated, err);
   }
   runner->pool_bytes += entry->static_outputs.bytes;
+  if (status == GF_OK) {
+    status = gf_runner_keep_mutated(entry, mutated, count, err);
+  }
+  free(mutated);
   if (status == GF_OK && folded_inputs) {
-    status = gf_runner_capture_copy_node(runner, GF_COPY_OUTPUTS, &entry->static_outputs,
-                                         &folded_outputs, err);
+    status = gf_runner_capture_copy_node(runner, GF_COPY_OUTPUTS, entry, &folded_outputs, err);
   }
   entry->folded = folded_inputs && folded_outputs;
   gf_error end_err = {0};
@@ -514,7 +580,7 @@ static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor
     char message[GF_REASON_CAPACITY + 64];
     snprintf(message, sizeof message, "graphed: runner disabled, calls now run eager: %s", reason);
     gf_runner_warn(runner, message);
-    return gf_runner_run_eager(runner, inputs, count, results, err);
+    return gf_runner_run_eager(runner, inputs, count, options, results, err);
   }
   runner->captures++;
   return gf_runner_replay(runner, entry, inputs, count, options, results, err);
@@ -524,17 +590,17 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
                          const gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
                          size_t keep_alive_count, const gf_call_options *options, gf_pool *results,
                          gf_error *err) {
-  static const gf_call_options defaults = {0, 0};
+  static const gf_call_options defaults = {0, 0, NULL};
   if (options == NULL) {
     options = &defaults;
   }
   const size_t results_before = results->count;
   if (!runner->enabled) {
-    return gf_runner_run_eager(runner, inputs, input_count, results, err);
+    return gf_runner_run_eager(runner, inputs, input_count, options, results, err);
   }
   if (runner->backend->outer_capture_active != NULL &&
       runner->backend->outer_capture_active(runner->backend->context, runner->backend_state)) {
-    return gf_runner_run_eager(runner, inputs, input_count, results, err);
+    return gf_runner_run_eager(runner, inputs, input_count, options, results, err);
   }
   /* The signature first: it rejects an ndim outside [0, GF_MAX_DIMS] before the contiguity
    * check reads sizes[ndim - 1]. */
@@ -580,7 +646,7 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
     gf_runner_disable(runner, reason);
     gf_runner_warn(runner, reason);
     gf_pool_truncate(results, results_before, gf_runner_release_handle, runner);
-    return gf_runner_run_eager(runner, inputs, input_count, results, err);
+    return gf_runner_run_eager(runner, inputs, input_count, options, results, err);
   }
   return status;
 }

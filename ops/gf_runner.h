@@ -44,6 +44,10 @@ typedef struct gf_runner gf_runner;
 typedef struct gf_call_options {
   int pin;            /* a new entry is never evicted */
   int static_outputs; /* return the static output buffers instead of fresh clones */
+  /* NULL, or input_count bytes the call sets: 1 for each input the forward wrote in place. A
+   * replay writes such inputs back into the caller's tensors itself; a caller that passed a
+   * temporary copy of a tensor (a contiguous copy of a strided view) copies it back. */
+  unsigned char *mutated_inputs;
 } gf_call_options;
 
 /* Makes a runner on backend (NULL: the one chosen at load). The runner takes host.context and
@@ -55,8 +59,11 @@ gf_status gf_runner_create(const gf_runner_config *config, const gf_host *host,
 void gf_runner_destroy(gf_runner *runner);
 
 /* One call: key identifies everything that is not a tensor. Appends the outputs (owned handles)
- * to results. Returns non-OK only when the forward itself failed eagerly or the input is bad;
- * capture failures disable the runner and the call still returns the eager result. */
+ * to results. Inputs the forward writes in place keep eager semantics: the capture finds them
+ * (gf_host.run_forward's mutated), and every replay copies their new values back into the
+ * caller's tensors, inside the same launch when the copies are folded. Returns non-OK only when the
+ * forward itself failed eagerly or the input is bad; capture failures disable the runner and the
+ * call still returns the eager result. */
 gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
                          const gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
                          size_t keep_alive_count, const gf_call_options *options, gf_pool *results,

@@ -135,7 +135,7 @@ extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, const gf_call_in_
         inputs[i] = graphed::describe_dense(tensor, dense);
       }
     }
-    gf_call_options options{pin, static_outputs};
+    gf_call_options options{pin, static_outputs, nullptr};
     gf_pool results{};
     gf_status status;
     {

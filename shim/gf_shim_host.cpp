@@ -7,6 +7,7 @@
 #include "gf_shim_tensor.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
 #include <exception>
@@ -17,10 +18,29 @@ namespace {
 
 HostContext *host_context(void *context) { return static_cast<HostContext *>(context); }
 
+// The phase of the forward this thread is running for a runner (see forward_phase()).
+thread_local gf_forward_phase current_phase = GF_PHASE_EAGER;
+
+// Sets the thread's phase for one forward and puts the outer one back (a forward may call
+// another GraphedForward).
+class PhaseScope {
+public:
+  explicit PhaseScope(gf_forward_phase phase) : outer_(current_phase) { current_phase = phase; }
+  ~PhaseScope() { current_phase = outer_; }
+  PhaseScope(const PhaseScope &) = delete;
+  PhaseScope &operator=(const PhaseScope &) = delete;
+
+private:
+  gf_forward_phase outer_;
+};
+
 gf_status host_clone_static(void *, const gf_tensor *live, gf_tensor *out, gf_error *err) {
   try {
     // live is a borrowed view whose handle the shim set to the caller's tensor.
     const at::Tensor &source = tensor_of_handle(live->handle);
+    // A normal tensor even under inference_mode, so that its version counter tells which inputs
+    // the forward writes in place (an inference tensor has none).
+    c10::InferenceMode normal_tensors(false);
     at::Tensor fixed =
         at::empty(source.sizes(), source.options().memory_format(at::MemoryFormat::Contiguous));
     fixed.copy_(source);
@@ -52,10 +72,22 @@ gf_status host_retain(void *, const gf_tensor *tensor, gf_tensor *out, gf_error 
   }
 }
 
-gf_status host_run_forward(void *context, const gf_tensor *inputs, size_t count, gf_pool *outputs,
-                           gf_error *err) {
+// The version of each input that has one; -1 for tensors that track none (inference tensors).
+std::vector<int64_t> versions_of(const std::vector<at::Tensor> &tensors) {
+  std::vector<int64_t> versions(tensors.size(), -1);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].is_inference()) {
+      versions[i] = static_cast<int64_t>(tensors[i]._version());
+    }
+  }
+  return versions;
+}
+
+gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tensor *inputs,
+                           size_t count, gf_pool *outputs, unsigned char *mutated, gf_error *err) {
   HostContext *host = host_context(context);
   try {
+    PhaseScope in_phase(phase);
     // graphed replays inference forwards: nothing it captures records autograd history.
     at::NoGradGuard no_grad;
     std::vector<at::Tensor> arguments;
@@ -63,7 +95,17 @@ gf_status host_run_forward(void *context, const gf_tensor *inputs, size_t count,
     for (size_t i = 0; i < count; ++i) {
       arguments.push_back(tensor_of_handle(inputs[i].handle));
     }
+    std::vector<int64_t> before;
+    if (mutated != nullptr) {
+      before = versions_of(arguments);
+    }
     std::vector<at::Tensor> results = call_tensor_list_op(host->forward_op, arguments);
+    if (mutated != nullptr) {
+      std::vector<int64_t> after = versions_of(arguments);
+      for (size_t i = 0; i < count; ++i) {
+        mutated[i] = before[i] != after[i] ? 1 : 0;
+      }
+    }
     for (at::Tensor &result : results) {
       // The replay path copies raw bytes, so static outputs must be dense.
       at::Tensor dense = result.is_contiguous() ? result : result.contiguous();
@@ -103,6 +145,8 @@ void host_warn(void *, const char *message) { TORCH_WARN(message); }
 void host_destroy(void *context) { delete host_context(context); }
 
 } // namespace
+
+gf_forward_phase forward_phase() { return current_phase; }
 
 c10::OperatorHandle find_operator(const std::string &qualified_name, const char *role) {
   auto separator = qualified_name.find("::");

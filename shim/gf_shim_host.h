@@ -26,6 +26,10 @@ c10::OperatorHandle find_operator(const std::string &qualified_name, const char 
 // A gf_host over a new HostContext (freed by host.destroy).
 gf_host make_torch_host(HostContext *context);
 
+// Why the forward running on this thread was called (GF_PHASE_EAGER outside the host's runs);
+// the forward operator reads it through graphed::forward_phase.
+gf_forward_phase forward_phase();
+
 // Calls a (Tensor[]) -> Tensor[] operator through the boxed dispatcher.
 std::vector<at::Tensor> call_tensor_list_op(const c10::OperatorHandle &op,
                                             const std::vector<at::Tensor> &inputs);

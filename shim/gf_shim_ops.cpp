@@ -11,6 +11,8 @@
 //   destroy(int runner) -> ()
 //   backend() -> str[]                          the backend chosen at load and why
 //   entry_replays(int runner, str key, Tensor[] inputs) -> int
+//   forward_phase() -> int                      why the host runs the forward on this thread:
+//                                               0 eager, 1 probe, 2 warm-up, 3 capture
 //   use_backend(str name) -> ()                 "default", or any registered backend by name
 //                                               (tests use "emulated", "emulated_fail_capture")
 //                                               for later runners
@@ -112,7 +114,11 @@ std::vector<at::Tensor> forward_op(int64_t runner_id, c10::string_view key, at::
   std::vector<at::Tensor> dense_keep_alive;
   std::vector<gf_tensor> described = describe_borrowed(inputs, dense_inputs);
   std::vector<gf_tensor> held = describe_borrowed(keep_alive, dense_keep_alive);
-  gf_call_options options{pin ? 1 : 0, static_outputs ? 1 : 0};
+  // Inputs the forward writes in place reach the caller's tensors through the core, except where
+  // the core saw a dense copy: those are copied back here.
+  std::vector<unsigned char> mutated(dense_inputs.empty() ? 0 : inputs.size());
+  gf_call_options options{pin ? 1 : 0, static_outputs ? 1 : 0,
+                          mutated.empty() ? nullptr : mutated.data()};
   gf_pool results{};
   gf_error err{};
   gf_status status;
@@ -120,6 +126,9 @@ std::vector<at::Tensor> forward_op(int64_t runner_id, c10::string_view key, at::
     std::lock_guard<std::recursive_mutex> guard(slot->mutex);
     status = gf_runner_call(slot->runner, key.data(), key.size(), described.data(),
                             described.size(), held.data(), held.size(), &options, &results, &err);
+  }
+  if (status == GF_OK && !mutated.empty()) {
+    write_back_dense(inputs, described, mutated.data());
   }
   std::vector<at::Tensor> outputs;
   outputs.reserve(results.count);
@@ -176,6 +185,8 @@ int64_t entry_replays_op(int64_t runner_id, c10::string_view key, at::TensorList
                                  described.size());
 }
 
+int64_t forward_phase_op() { return static_cast<int64_t>(forward_phase()); }
+
 void use_backend_op(c10::string_view name) {
   if (name == "default") {
     backend_for_new_runners.store(nullptr);
@@ -209,4 +220,5 @@ TORCH_LIBRARY(graphed, m) {
   m.def("backend() -> str[]", &graphed::backend_op);
   m.def("entry_replays(int runner, str key, Tensor[] inputs) -> int", &graphed::entry_replays_op);
   m.def("use_backend(str name) -> ()", &graphed::use_backend_op);
+  m.def("forward_phase() -> int", &graphed::forward_phase_op);
 }

@@ -1,6 +1,8 @@
 // Translation between at::Tensor and gf_tensor (see gf_shim_tensor.h).
 #include "gf_shim_tensor.h"
 
+#include <c10/core/InferenceMode.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -47,6 +49,9 @@ const char *unsupported_tensor_reason(const at::Tensor &t) {
 
 gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense) {
   const at::Tensor *view = &t;
+  // Copies are normal tensors even under inference_mode, so that a forward's in-place write to
+  // one is seen (by its version counter) and copied back to t.
+  c10::InferenceMode normal_tensors(false);
   if (t.is_conj() || t.is_neg()) {
     // A lazily conjugated or negated view: the bytes are the unconjugated ones; the core copies
     // bytes, so it gets the resolved values.
@@ -59,6 +64,16 @@ gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense) {
   gf_tensor described = describe_tensor(*view, false);
   described.handle = const_cast<at::Tensor *>(view);
   return described;
+}
+
+void write_back_dense(at::TensorList originals, const std::vector<gf_tensor> &described,
+                      const unsigned char *mutated) {
+  for (size_t i = 0; i < originals.size(); ++i) {
+    const at::Tensor &original = originals[i];
+    if (mutated[i] && described[i].handle != &original) {
+      original.copy_(tensor_of_handle(described[i].handle));
+    }
+  }
 }
 
 const at::Tensor &tensor_of_handle(void *handle) { return *static_cast<at::Tensor *>(handle); }

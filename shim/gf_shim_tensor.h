@@ -25,6 +25,12 @@ const char *unsupported_tensor_reason(const at::Tensor &t);
 // never reallocates (handles point into it). t must pass unsupported_tensor_reason.
 gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense);
 
+// After a call that wrote inputs in place (mutated[i] set, from gf_call_options): copies each
+// such input's dense copy back into the original; inputs the core saw directly are already
+// written. described holds the descriptors describe_dense made for originals.
+void write_back_dense(at::TensorList originals, const std::vector<gf_tensor> &described,
+                      const unsigned char *mutated);
+
 // The tensor a handle owns.
 const at::Tensor &tensor_of_handle(void *handle);
 

@@ -281,6 +281,7 @@ static void gf_fake_graph_run(const gf_fake_graph *graph) {
     } else {
       gf_fake_forward_compute(kernel->inputs, kernel->input_count, kernel->outputs,
                               kernel->output_count);
+      gf_fake_forward_mutate(kernel->inputs, kernel->input_count, kernel->mutate_input);
     }
   }
 }
@@ -372,7 +373,7 @@ static void gf_fake_graph_append(gf_fake_graph *graph, const gf_fake_kernel *ker
 }
 
 int gf_fake_backend_record(gf_fake_backend *fake, const gf_tensor *inputs, size_t input_count,
-                           const gf_tensor *outputs, size_t output_count) {
+                           const gf_tensor *outputs, size_t output_count, int mutate_input) {
   gf_fake_graph *graph = fake->pending;
   if (!fake->capturing || graph == NULL) {
     return 0;
@@ -382,6 +383,7 @@ int gf_fake_backend_record(gf_fake_backend *fake, const gf_tensor *inputs, size_
   kernel.input_count = input_count;
   kernel.outputs = gf_fake_copy_descriptors(outputs, output_count);
   kernel.output_count = output_count;
+  kernel.mutate_input = mutate_input;
   gf_fake_graph_append(graph, &kernel);
   return 1;
 }
@@ -666,17 +668,34 @@ void gf_fake_forward_compute(const gf_tensor *inputs, size_t input_count, const 
   }
 }
 
+void gf_fake_forward_mutate(const gf_tensor *inputs, size_t input_count, int mutate_input) {
+  if (mutate_input < 0 || (size_t)mutate_input >= input_count) {
+    return;
+  }
+  float *data = inputs[mutate_input].data;
+  for (int64_t e = 0; e < gf_tensor_numel(&inputs[mutate_input]); ++e) {
+    data[e] += 1.0f;
+  }
+}
+
 static void gf_fake_release_all(gf_fake_host *host, gf_tensor *tensors, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     gf_fake_release(host, tensors[i].handle);
   }
 }
 
-static gf_status gf_fake_run_forward(void *context, const gf_tensor *inputs, size_t count,
-                                     gf_pool *outputs, gf_error *err) {
+static gf_status gf_fake_run_forward(void *context, gf_forward_phase phase, const gf_tensor *inputs,
+                                     size_t count, gf_pool *outputs, unsigned char *mutated,
+                                     gf_error *err) {
   gf_fake_host *host = context;
   int capturing = host->backend != NULL && host->backend->capturing;
   host->forward_calls++;
+  host->phase_calls[phase & 3]++;
+  if (mutated != NULL) {
+    for (size_t i = 0; i < count; ++i) {
+      mutated[i] = (int)i == host->mutate_input;
+    }
+  }
   gf_fake_log_push(host->log, "forward");
   if (host->fail_forward || (capturing && host->fail_forward_while_capturing)) {
     return gf_error_set(err, GF_ERR_BACKEND, "fake forward failed%s",
@@ -693,8 +712,10 @@ static gf_status gf_fake_run_forward(void *context, const gf_tensor *inputs, siz
   }
   if (status == GF_OK) {
     /* While capturing a device forward is only recorded; the graph computes on launch. */
-    if (!gf_fake_backend_record(host->backend, inputs, count, made, made_count)) {
+    if (!gf_fake_backend_record(host->backend, inputs, count, made, made_count,
+                                host->mutate_input)) {
       gf_fake_forward_compute(inputs, count, made, made_count);
+      gf_fake_forward_mutate(inputs, count, host->mutate_input);
     }
   }
   for (size_t j = 0; status == GF_OK && j < made_count; ++j) {
@@ -735,6 +756,7 @@ void gf_fake_host_init(gf_fake_host *host, gf_fake_log *log, gf_fake_backend *ba
   host->log = log;
   host->backend = backend;
   host->output_count = 1;
+  host->mutate_input = -1;
 }
 
 gf_host gf_fake_host_table(gf_fake_host *host) {

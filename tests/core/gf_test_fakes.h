@@ -83,6 +83,7 @@ typedef struct gf_fake_kernel {
   size_t input_count;
   gf_tensor *outputs;
   size_t output_count;
+  int mutate_input; /* -1, or the input the forward adds 1 to in place after computing */
   int is_copy_node;
   int copy_role;            /* GF_COPY_INPUTS or GF_COPY_OUTPUTS */
   gf_copy *copies;          /* the current table */
@@ -129,7 +130,7 @@ void gf_fake_backend_fail(gf_fake_backend *fake, gf_fake_hook hook, int skip, co
 void gf_fake_backend_enable_folding(gf_fake_backend *fake);
 /* Records a kernel into the graph being captured; 0 when not capturing. */
 int gf_fake_backend_record(gf_fake_backend *fake, const gf_tensor *inputs, size_t input_count,
-                           const gf_tensor *outputs, size_t output_count);
+                           const gf_tensor *outputs, size_t output_count, int mutate_input);
 
 /* ---- the malloc host --------------------------------------------------------------------- */
 
@@ -139,6 +140,8 @@ typedef struct gf_fake_host {
   gf_fake_log *log;
   gf_fake_backend *backend; /* forwards run while it captures are recorded, not computed */
   int output_count;         /* outputs per forward (default 1) */
+  int mutate_input;         /* -1 (default), or the input every forward adds 1 to in place */
+  uint64_t phase_calls[4];  /* forwards run per gf_forward_phase */
   int fail_forward;         /* every forward fails */
   int fail_forward_while_capturing;
   int agree_forced; /* 0: agree returns ok; else agree returns agree_value */
@@ -178,6 +181,10 @@ gf_tensor gf_fake_view(float *data, int ndim, const int64_t *sizes);
  * input with fewer elements than in0 repeats cyclically. Outputs are shaped like in0. */
 void gf_fake_forward_compute(const gf_tensor *inputs, size_t input_count, const gf_tensor *outputs,
                              size_t output_count);
+
+/* The fake forward's in-place write: adds 1 to every element of inputs[mutate_input] (nothing
+ * when mutate_input is -1 or out of range). */
+void gf_fake_forward_mutate(const gf_tensor *inputs, size_t input_count, int mutate_input);
 
 #ifdef __cplusplus
 }

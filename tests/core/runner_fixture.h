@@ -87,9 +87,9 @@ inline bool Contains(const std::string &text, const std::string &part) {
   return text.find(part) != std::string::npos;
 }
 
-const gf_call_options kDefault = {0, 0};
-const gf_call_options kPinned = {1, 0};
-const gf_call_options kStaticOutputs = {0, 1};
+const gf_call_options kDefault = {0, 0, nullptr};
+const gf_call_options kPinned = {1, 0, nullptr};
+const gf_call_options kStaticOutputs = {0, 1, nullptr};
 
 class Runner : public ::testing::Test {
 protected:
