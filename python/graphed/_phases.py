@@ -1,0 +1,104 @@
+"""What a forward sees of why graphed runs it: the native core runs the module's forward to probe
+for synchronizing operators, to warm up, to be captured, or eagerly (torch.ops.graphed.
+forward_phase() says which). Two eager-semantics promises hang on that:
+
+- Capture-aware code (`if not torch.cuda.is_current_stream_capturing(): <a host sync>`, as
+  transformers' mask builder does) takes its capture branch in the probe and the warm-ups too, so
+  they run what the capture records and the probe does not fail on a sync the capture would skip.
+  The answer changes for this thread only; code that imported the function by name before graphed
+  was imported keeps torch's own answer.
+- Warm-ups leave no trace in tensor state: module buffers and keep_alive tensors that a warm-up
+  writes in place (a cache position counter, a StaticCache) are put back after each warm-up, so
+  after the first call they have advanced once, as eagerly. The cost is one copy of those tensors
+  taken before the warm-ups of each capture, and one copy back per warm-up for each tensor that
+  changed; nothing is copied on replays. Python attributes a forward changes (`self.step += 1`)
+  cannot be put back: such a forward should keep its state in tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator
+
+import torch
+
+PHASE_EAGER, PHASE_PROBE, PHASE_WARMUP, PHASE_CAPTURE = range(4)
+
+_local = threading.local()
+_installed_lock = threading.Lock()
+_installed = False
+
+
+def current_phase() -> int:
+    """Why the core runs the forward on this thread now (PHASE_EAGER outside its runs)."""
+    return int(torch.ops.graphed.forward_phase())
+
+
+def _capture_aware(original):
+    def is_current_stream_capturing() -> bool:
+        if getattr(_local, "as_if_capturing", False):
+            return True
+        return original()
+
+    is_current_stream_capturing.__doc__ = original.__doc__
+    is_current_stream_capturing.__wrapped__ = original
+    return is_current_stream_capturing
+
+
+def install_capture_awareness() -> None:
+    """Makes torch.cuda.is_current_stream_capturing answer True on a thread whose forward graphed
+    is probing or warming up for a capture (idempotent)."""
+    global _installed
+    with _installed_lock:
+        if _installed:
+            return
+        wrapped = _capture_aware(torch.cuda.is_current_stream_capturing)
+        torch.cuda.is_current_stream_capturing = wrapped
+        torch.cuda.graphs.is_current_stream_capturing = wrapped
+        _installed = True
+
+
+class _Snapshot:
+    """Copies of state tensors taken before a capture's warm-ups, put back after each one."""
+
+    def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
+        self.saved: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+        seen: set[int] = set()
+        with torch.no_grad():
+            for tensor in tensors:
+                if id(tensor) in seen or tensor.is_inference() or tensor.numel() == 0:
+                    continue
+                seen.add(id(tensor))
+                self.saved.append((tensor, tensor._version, tensor.clone()))
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for tensor, version, copy in self.saved:
+                if tensor._version != version:
+                    tensor.copy_(copy)
+
+
+@contextlib.contextmanager
+def forward_in_phase(phase: int, owner: object, state_tensors) -> Iterator[None]:
+    """Runs one forward of the core as `phase` requires: capture-aware answers during probe and
+    warm-ups, and state tensors put back after each warm-up. `owner` (the GraphedForward) keys
+    the snapshot; state_tensors is a callable returning the tensors to keep, called only when a
+    capture's warm-ups start. A capture, or an eager run (after a failed probe), ends it."""
+    snapshots = getattr(_local, "snapshots", None)
+    if snapshots is None:
+        snapshots = _local.snapshots = {}
+    if phase not in (PHASE_PROBE, PHASE_WARMUP):
+        snapshots.pop(id(owner), None)
+        yield
+        return
+    snapshot = snapshots.get(id(owner))
+    if snapshot is None:
+        snapshot = snapshots[id(owner)] = _Snapshot(state_tensors())
+    outer = getattr(_local, "as_if_capturing", False)
+    _local.as_if_capturing = True
+    try:
+        yield
+    finally:
+        _local.as_if_capturing = outer
+        snapshot.restore()

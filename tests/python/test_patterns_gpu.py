@@ -1,0 +1,125 @@
+"""GPU tests of the forward patterns real models use, each against eager on the same inputs:
+a decode step that writes its KV cache in place through kwargs (contiguous and strided caches,
+under inference_mode too), code that asks whether it is being captured before a host sync (as
+transformers' mask builder does), and a module whose buffers advance on every run (a cache
+position counter). docs/api.md's "What a forward may do" lists them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from graphed import GraphedForward
+from torch import nn
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+class DecodeStep(nn.Module):
+    """Writes the new token's key and value at `position` into caches passed as kwargs, then
+    attends over the cache: the shape of a KV-cached decode step."""
+
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, *, x, cache_k, cache_v, position):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        cache_k.index_copy_(0, position, k)
+        cache_v.index_copy_(0, position, v)
+        weights = torch.softmax(q @ cache_k.transpose(0, 1) / 8.0, dim=-1)
+        return self.out(weights @ cache_v)
+
+
+def _decode(step, caches, steps, dim=64, seed=0):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    outs = []
+    for position in range(steps):
+        x = torch.randn(1, dim, device="cuda", generator=generator)
+        outs.append(
+            step(
+                x=x,
+                cache_k=caches[0],
+                cache_v=caches[1],
+                position=torch.tensor([position], device="cuda"),
+            )
+        )
+    return outs
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("inference", [False, True])
+def test_a_cache_written_in_place_advances_as_eagerly(layout, inference):
+    torch.manual_seed(0)
+    model = DecodeStep().cuda()
+
+    def make_caches():
+        if layout == "contiguous":
+            return [torch.zeros(16, 64, device="cuda") for _ in range(2)]
+        # A strided view (every other row of a larger buffer): graphed passes a dense copy to the
+        # core and must copy the write back into the caller's view.
+        return [torch.zeros(32, 64, device="cuda")[::2] for _ in range(2)]
+
+    mode = torch.inference_mode() if inference else torch.no_grad()
+    with mode:
+        eager_caches = make_caches()
+        expected = _decode(model, eager_caches, steps=6)
+        graphed_caches = make_caches()
+        gf = GraphedForward(model, device="cuda")
+        actual = _decode(gf, graphed_caches, steps=6)
+    assert gf.stats()["enabled"], gf.disabled_reason
+    assert gf.stats()["captures"] == 1 and gf.stats()["replays"] == 6
+    for step, (got, want) in enumerate(zip(actual, expected, strict=True)):
+        torch.testing.assert_close(got, want, msg=f"step {step}")
+    for got, want in zip(graphed_caches, eager_caches, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+class MaskBuilder(nn.Module):
+    """Checks its input on the host unless the stream is being captured, as
+    transformers.masking_utils does for packed sequences."""
+
+    def forward(self, *, x):
+        if not torch.cuda.is_current_stream_capturing():
+            if bool((x < -1e9).any()):  # a host sync
+                raise ValueError("bad mask")
+        return x * 2
+
+
+def test_capture_aware_code_takes_its_capture_branch_when_probed():
+    gf = GraphedForward(MaskBuilder(), device="cuda")
+    x = torch.randn(8, device="cuda")
+    torch.testing.assert_close(gf(x=x), x * 2)
+    stats = gf.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert stats["captures"] == 1
+    # Outside graphed's forwards the function answers as torch does.
+    assert torch.cuda.is_current_stream_capturing() is False
+
+
+class Counter(nn.Module):
+    """Advances a position buffer on every run, as a StaticCache's write counter does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("position", torch.zeros((), dtype=torch.long))
+
+    def forward(self, *, x):
+        self.position += 1
+        return x + self.position
+
+
+def test_warm_ups_leave_module_buffers_as_eager_would():
+    eager_model, graphed_model = Counter().cuda(), Counter().cuda()
+    gf = GraphedForward(graphed_model, device="cuda", warmup_iters=3)
+    x = torch.zeros(4, device="cuda")
+    for _ in range(4):
+        with torch.no_grad():
+            want = eager_model(x=x)
+        got = gf(x=x)
+        torch.testing.assert_close(got, want)
+    assert int(graphed_model.position) == int(eager_model.position) == 4
+    assert gf.stats()["captures"] == 1
