@@ -10,6 +10,7 @@
 #include "gf_tensor.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +68,10 @@ typedef struct gf_backend {
   gf_status (*launch_folded)(void *context, void *state, void *graph, const gf_copy *inputs,
                              size_t input_count, const gf_copy *outputs, size_t output_count,
                              gf_error *err);
+
+  /* Optional: device memory in use on the runner's device now (bytes), so the runner can say
+   * what a capture took; -1 when unknown. */
+  int64_t (*device_bytes_in_use)(void *context, void *state);
 } gf_backend;
 
 enum { GF_COPY_INPUTS = 0, GF_COPY_OUTPUTS = 1 };

@@ -9,6 +9,7 @@
 #include "gf_tensor.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,6 +23,25 @@ typedef enum gf_forward_phase {
   GF_PHASE_WARMUP = 2,  /* a warm-up on the side stream before a capture */
   GF_PHASE_CAPTURE = 3, /* the forward being recorded into a graph */
 } gf_forward_phase;
+
+/* What the runner tells its host about, for logs and metrics. */
+typedef enum gf_event_kind {
+  GF_EVENT_CAPTURED = 0, /* a key was captured: seconds, device_bytes, static_bytes, tensors */
+  GF_EVENT_EVICTED = 1,  /* an entry was evicted to make room: static_bytes, tensors */
+  GF_EVENT_DISABLED = 2, /* the runner is disabled for good: message */
+  GF_EVENT_CHURN = 3,    /* captures keep evicting: count captures so far, message (said once) */
+} gf_event_kind;
+
+typedef struct gf_event {
+  gf_event_kind kind;
+  const char *message;     /* DISABLED, CHURN: a sentence; else "" */
+  double seconds;          /* CAPTURED: warm-ups, capture and instantiation, wall clock */
+  int64_t device_bytes;    /* CAPTURED: device memory in use after minus before (-1: unknown) */
+  int64_t static_bytes;    /* CAPTURED, EVICTED: the entry's static inputs and outputs */
+  uint64_t count;          /* CHURN: captures so far */
+  const gf_tensor *inputs; /* CAPTURED, EVICTED: the entry's static inputs (shapes, dtypes) */
+  size_t input_count;
+} gf_event;
 
 typedef struct gf_host {
   void *context;
@@ -40,6 +60,8 @@ typedef struct gf_host {
   int (*agree)(void *context, int ok);
   void (*release)(void *context, void *handle);
   void (*warn)(void *context, const char *message);
+  /* Optional: told of captures, evictions, churn and the disable (see gf_event). */
+  void (*notify)(void *context, const gf_event *event);
   /* Called when the runner is destroyed: frees context. May be NULL. */
   void (*destroy)(void *context);
 } gf_host;

@@ -7,8 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-enum { GF_REASON_CAPACITY = 512 };
+enum {
+  GF_REASON_CAPACITY = 512,
+  GF_CHURN_FACTOR = 4 /* captures past this many times max_entries, with evictions, are churn */
+};
 
 struct gf_runner {
   gf_runner_config config;
@@ -21,6 +25,8 @@ struct gf_runner {
   size_t scratch_copies_capacity;
   int sync_probe_done;
   int enabled;
+  int evicting;   /* entries released now are evictions (told to the host as such) */
+  int churn_said; /* the churn event is sent once */
   char disabled_reason[GF_REASON_CAPACITY];
   uint64_t captures;
   uint64_t replays;
@@ -33,8 +39,27 @@ static void gf_runner_release_handle(void *context, void *handle) {
   runner->host.release(runner->host.context, handle);
 }
 
+static void gf_runner_notify(const gf_runner *runner, const gf_event *event) {
+  if (runner->host.notify != NULL) {
+    runner->host.notify(runner->host.context, event);
+  }
+}
+
+/* An event about one entry, with its static inputs and bytes. */
+static gf_event gf_entry_event(gf_event_kind kind, const gf_entry *entry) {
+  gf_event event = {kind, "", 0.0, -1, 0, 0, NULL, 0};
+  event.static_bytes = entry->static_inputs.bytes + entry->static_outputs.bytes;
+  event.inputs = entry->static_inputs.tensors;
+  event.input_count = entry->static_inputs.count;
+  return event;
+}
+
 static void gf_runner_release_entry(void *context, gf_entry *entry) {
   gf_runner *runner = context;
+  if (runner->evicting) {
+    gf_event evicted = gf_entry_event(GF_EVENT_EVICTED, entry);
+    gf_runner_notify(runner, &evicted);
+  }
   if (entry->graph != NULL && runner->backend->release_graph != NULL) {
     runner->backend->release_graph(runner->backend->context, runner->backend_state, entry->graph);
     entry->graph = NULL;
@@ -180,8 +205,53 @@ void gf_runner_destroy(gf_runner *runner) {
 }
 
 void gf_runner_disable(gf_runner *runner, const char *reason) {
+  const int was_enabled = runner->enabled;
   gf_runner_set_disabled(runner, reason);
   gf_cache_clear(&runner->cache);
+  if (was_enabled) {
+    gf_event disabled = {GF_EVENT_DISABLED, runner->disabled_reason, 0.0, -1, 0, 0, NULL, 0};
+    gf_runner_notify(runner, &disabled);
+  }
+}
+
+static double gf_seconds_now(void) {
+  struct timespec now;
+  if (timespec_get(&now, TIME_UTC) == 0) {
+    return 0.0;
+  }
+  return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+static int64_t gf_runner_device_bytes(const gf_runner *runner) {
+  const gf_backend *backend = runner->backend;
+  if (backend->device_bytes_in_use == NULL) {
+    return -1;
+  }
+  return backend->device_bytes_in_use(backend->context, runner->backend_state);
+}
+
+/* Says what a capture cost, and once, when captures keep evicting (more than a few times
+ * max_entries): a key that changes on every call, or a cache too small for the shapes in use. */
+static void gf_runner_report_capture(gf_runner *runner, const gf_entry *entry, double started,
+                                     int64_t device_bytes_before) {
+  gf_event captured = gf_entry_event(GF_EVENT_CAPTURED, entry);
+  captured.seconds = gf_seconds_now() - started;
+  const int64_t after = gf_runner_device_bytes(runner);
+  captured.device_bytes = after >= 0 && device_bytes_before >= 0 ? after - device_bytes_before : -1;
+  gf_runner_notify(runner, &captured);
+  if (!runner->churn_said && runner->cache.evictions > 0 &&
+      runner->captures > GF_CHURN_FACTOR * runner->cache.max_entries) {
+    runner->churn_said = 1;
+    char message[256];
+    snprintf(message, sizeof message,
+             "%llu captures and %llu evictions with max_entries=%zu: calls keep making new keys "
+             "(a value or shape that changes per call) or the cache is too small for the shapes "
+             "in use",
+             (unsigned long long)runner->captures, (unsigned long long)runner->cache.evictions,
+             runner->cache.max_entries);
+    gf_event churn = {GF_EVENT_CHURN, message, 0.0, -1, 0, runner->captures, NULL, 0};
+    gf_runner_notify(runner, &churn);
+  }
 }
 
 void gf_runner_reset(gf_runner *runner) {
@@ -543,8 +613,12 @@ static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor
                                               size_t keep_alive_count,
                                               const gf_call_options *options, gf_pool *results,
                                               gf_error *err) {
+  const double started = gf_seconds_now();
+  const int64_t device_bytes_before = gf_runner_device_bytes(runner);
   int grew_past_limit = 0;
+  runner->evicting = 1;
   gf_cache_make_room(&runner->cache, &grew_past_limit);
+  runner->evicting = 0;
   if (grew_past_limit) {
     char message[160];
     snprintf(message, sizeof message,
@@ -583,6 +657,7 @@ static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor
     return gf_runner_run_eager(runner, inputs, count, options, results, err);
   }
   runner->captures++;
+  gf_runner_report_capture(runner, entry, started, device_bytes_before);
   return gf_runner_replay(runner, entry, inputs, count, options, results, err);
 }
 

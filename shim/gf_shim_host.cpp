@@ -10,7 +10,10 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
+#include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 namespace graphed {
 
@@ -140,7 +143,70 @@ int host_agree(void *context, int ok) {
 
 void host_release(void *, void *handle) { release_handle(handle); }
 
-void host_warn(void *, const char *message) { TORCH_WARN(message); }
+// "bf16[8, 64], f32[3]": the dtypes and shapes of an entry's inputs, for a log line. Numbers
+// are formatted with snprintf (see gf_torch_errors.h).
+std::string shapes_of(const gf_tensor *tensors, size_t count) {
+  std::string text;
+  for (size_t i = 0; i < count; ++i) {
+    const auto dtype = static_cast<c10::ScalarType>(tensors[i].dtype);
+    const char *name = dtype == c10::kFloat      ? "f32"
+                       : dtype == c10::kHalf     ? "f16"
+                       : dtype == c10::kBFloat16 ? "bf16"
+                       : dtype == c10::kLong     ? "i64"
+                       : dtype == c10::kInt      ? "i32"
+                       : dtype == c10::kBool     ? "bool"
+                                                 : c10::toString(dtype);
+    text += i ? ", " : "";
+    text += name;
+    text += "[";
+    for (int32_t d = 0; d < tensors[i].ndim && d < GF_MAX_DIMS; ++d) {
+      char size[32];
+      std::snprintf(size, sizeof size, "%s%lld", d ? ", " : "",
+                    static_cast<long long>(tensors[i].sizes[d]));
+      text += size;
+    }
+    text += "]";
+  }
+  return text;
+}
+
+void tell_observer(const HostContext &host, const char *kind, const gf_event &event) {
+  std::vector<c10::IValue> stack{std::string(kind),
+                                 std::string(event.message != nullptr ? event.message : ""),
+                                 event.seconds,
+                                 event.device_bytes,
+                                 event.static_bytes,
+                                 static_cast<int64_t>(event.count),
+                                 shapes_of(event.inputs, event.input_count)};
+  host.observer_op->callBoxed(stack);
+}
+
+void host_notify(void *context, const gf_event *event) {
+  HostContext *host = host_context(context);
+  if (!host->observer_op.has_value()) {
+    return;
+  }
+  static const char *const kinds[] = {"captured", "evicted", "disabled", "churn"};
+  try {
+    tell_observer(*host, kinds[event->kind & 3], *event);
+  } catch (...) {
+    // An observer that fails loses its log line; the call itself goes on.
+  }
+}
+
+void host_warn(void *context, const char *message) {
+  HostContext *host = host_context(context);
+  if (!host->observer_op.has_value()) {
+    TORCH_WARN(message);
+    return;
+  }
+  gf_event warning{GF_EVENT_DISABLED, message, 0.0, -1, 0, 0, nullptr, 0};
+  try {
+    tell_observer(*host, "warning", warning);
+  } catch (...) {
+    TORCH_WARN(message);
+  }
+}
 
 void host_destroy(void *context) { delete host_context(context); }
 
@@ -178,6 +244,7 @@ gf_host make_torch_host(HostContext *context) {
   host.agree = host_agree;
   host.release = host_release;
   host.warn = host_warn;
+  host.notify = host_notify;
   host.destroy = host_destroy;
   return host;
 }

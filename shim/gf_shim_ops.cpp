@@ -1,8 +1,8 @@
 // Registers the graphed operators with the dispatcher. This is the only place where a core status
 // becomes a torch error: ValueError for bad values, TypeError for wrong kinds, RuntimeError for the
 // rest. Schemas:
-//   create(str name, str forward_op, Device device, int max_entries, int warmup_iters,
-//          bool enabled, str? agree_op) -> int
+//   create(str name, str forward_op, Device device, int max_entries=16, int warmup_iters=2,
+//          bool enabled=True, str? agree_op=None, str? observer_op=None) -> int
 //   forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive, bool pin=False,
 //           bool static_outputs=False) -> Tensor[]
 //   stats(int runner) -> (int[], str, str)      counters, backend name, disabled reason
@@ -72,7 +72,8 @@ std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at:
 
 int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Device device,
                   int64_t max_entries, int64_t warmup_iters, bool enabled,
-                  std::optional<c10::string_view> agree_op) {
+                  std::optional<c10::string_view> agree_op,
+                  std::optional<c10::string_view> observer_op) {
   if (max_entries < 1 || warmup_iters < 0 || warmup_iters > INT32_MAX) {
     TORCH_CHECK_VALUE(false, format_message("graphed: max_entries must be at least 1 and "
                                             "warmup_iters between 0 and 2147483647, got %lld and "
@@ -81,10 +82,13 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
                                             static_cast<long long>(warmup_iters)));
   }
   auto *context = new HostContext{find_operator(std::string(forward_op), "forward"), std::nullopt,
-                                  std::string(name)};
+                                  std::string(name), std::nullopt};
   try {
     if (agree_op.has_value() && !agree_op->empty()) {
       context->agree_op = find_operator(std::string(*agree_op), "agreement");
+    }
+    if (observer_op.has_value() && !observer_op->empty()) {
+      context->observer_op = find_operator(std::string(*observer_op), "observer");
     }
   } catch (...) {
     delete context;
@@ -207,8 +211,8 @@ void use_backend_op(c10::string_view name) {
 } // namespace graphed
 
 TORCH_LIBRARY(graphed, m) {
-  m.def("create(str name, str forward_op, Device device, int max_entries, int warmup_iters, "
-        "bool enabled, str? agree_op) -> int",
+  m.def("create(str name, str forward_op, Device device, int max_entries=16, "
+        "int warmup_iters=2, bool enabled=True, str? agree_op=None, str? observer_op=None) -> int",
         &graphed::create_op);
   m.def("forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive, bool pin=False, "
         "bool static_outputs=False) -> Tensor[]");

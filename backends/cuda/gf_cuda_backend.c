@@ -178,6 +178,7 @@ static const gf_backend gf_cuda_backend = {
     .release_graph = gf_cuda_release_graph,
     .capture_copy_node = gf_cuda_capture_copy_node,
     .launch_folded = gf_cuda_launch_folded,
+    .device_bytes_in_use = gf_cuda_torch_device_bytes_in_use,
 };
 
 const gf_backend *gf_cuda_backend_probe(char *why, size_t why_capacity) {

@@ -6,6 +6,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -83,6 +84,17 @@ extern "C" void gf_cuda_torch_runner_destroy(gf_cuda_torch_runner *runner) { del
 
 extern "C" cudaStream_t gf_cuda_torch_current_stream(const gf_cuda_torch_runner *runner) {
   return c10::cuda::getCurrentCUDAStream(runner->device).stream();
+}
+
+extern "C" int64_t gf_cuda_torch_device_bytes_in_use(void *, void *state) {
+  try {
+    const auto stats =
+        c10::cuda::CUDACachingAllocator::getDeviceStats(torch_runner_of(state)->device);
+    const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    return stats.allocated_bytes[aggregate].current;
+  } catch (...) {
+    return -1;
+  }
 }
 
 extern "C" gf_status gf_cuda_torch_sync_probe_begin(void *, void *state, gf_error *) {

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +40,9 @@ gf_status gf_cuda_torch_sync_probe_end(void *context, void *state, gf_error *err
  * side stream and is restored. */
 gf_status gf_cuda_torch_side_stream_begin(void *context, void *state, gf_error *err);
 gf_status gf_cuda_torch_side_stream_end(void *context, void *state, gf_error *err);
+
+/* Bytes the caching allocator has handed out on the runner's device (graph pools included). */
+int64_t gf_cuda_torch_device_bytes_in_use(void *context, void *state);
 
 /* ---- helpers of the C half ---------------------------------------------------------------- */
 

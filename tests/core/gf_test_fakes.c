@@ -746,6 +746,15 @@ static void gf_fake_warn(void *context, const char *message) {
   host->warn_count++;
 }
 
+static void gf_fake_notify(void *context, const gf_event *event) {
+  gf_fake_host *host = context;
+  const int kind = (int)event->kind & 3;
+  host->events[kind]++;
+  host->last_event[kind] = *event;
+  snprintf(host->last_message[kind], sizeof host->last_message[kind], "%s", event->message);
+  host->last_event[kind].message = host->last_message[kind];
+}
+
 static void gf_fake_destroy(void *context) {
   gf_fake_host *host = context;
   host->destroyed++;
@@ -769,6 +778,7 @@ gf_host gf_fake_host_table(gf_fake_host *host) {
       .agree = gf_fake_agree,
       .release = gf_fake_release,
       .warn = gf_fake_warn,
+      .notify = gf_fake_notify,
       .destroy = gf_fake_destroy,
   };
 }

@@ -55,8 +55,8 @@ protected:
     static auto create_op =
         op("graphed::create")
             .typed<int64_t(c10::string_view, c10::string_view, c10::Device, int64_t, int64_t, bool,
-                           std::optional<c10::string_view>)>();
-    return create_op.call("cpp", forward, device, max_entries, 1, true, std::nullopt);
+                           std::optional<c10::string_view>, std::optional<c10::string_view>)>();
+    return create_op.call("cpp", forward, device, max_entries, 1, true, std::nullopt, std::nullopt);
   }
 
   static std::vector<at::Tensor> forward(int64_t runner, const std::string &key,
