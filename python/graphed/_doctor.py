@@ -121,7 +121,10 @@ def doctor() -> int:
     except ImportError:
         _build_info = None
     if _build_info is not None:
-        _line("built for torch", f"{_build_info.torch_version} (CUDA {_build_info.torch_cuda})")
+        _line(
+            "built for torch",
+            f"{_build_info.torch_version} (CUDA {_build_info.torch_cuda or 'none'})",
+        )
         _line("CUDA toolkit (build)", _build_info.cuda_toolkit or "none")
         _line("CUDA archs (build)", _build_info.cuda_architectures or "none")
         _line("backends built in", ", ".join(_build_info.backends) or "none (eager only)")
