@@ -54,7 +54,9 @@ def run_compiled(
     cost, per-size DiT timings, and what was skipped or failed, with why."""
     results: dict[str, Any] = {"host": {}, "dit": {}, "skipped": []}
     bench_dir = Path(__file__).resolve().parent
-    paths = [str(bench_dir), str(bench_dir.parent / "python"), os.environ.get("PYTHONPATH", "")]
+    # The child imports graphed as this process does (installed, or through the inherited
+    # PYTHONPATH); only bench/ is added, for the shared model.
+    paths = [str(bench_dir), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(p for p in paths if p))
     command = [sys.executable, str(bench_dir / "compiled.py"), "--child", json.dumps(settings)]
     started = time.monotonic()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Why this exists: the one command that shows graphed at work: it sets up (scripts/setup.sh) and
-# runs bench/demo.py, a small DiT-like model timed eager and through graphed.GraphedForward (on a
+# Why this exists: the one command that shows graphed at work: it sets up (scripts/setup.sh, which
+# installs graphed into .venv) and runs bench/demo.py, a small DiT-like model timed eager and through graphed.GraphedForward (on a
 # machine with no GPU: on the CPU, eager only, saying why graphs are unavailable).
 # Extra arguments go to bench/demo.py (for example --blocks 8 or --device cpu).
 set -euo pipefail
@@ -9,4 +9,4 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
 echo
-PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} exec .venv/bin/python bench/demo.py "$@"
+exec .venv/bin/python bench/demo.py "$@"

@@ -2,6 +2,9 @@
 # One call on a GPU machine: configure against that machine's own torch, build, run ctest, pytest
 # and the benchmark, and write every log under $OUT (default: ./device-logs). The machine needs
 # torch with CUDA under `python3`, nvcc, cmake and GoogleTest (a package or its sources).
+# It has no network, so it does not go through pip (scikit-build-core may be absent): it builds
+# with plain CMake (tests ON) and `cmake --install`s the package into build-device/site, which is
+# then the only graphed on PYTHONPATH (the same files, RUNPATH and build info a wheel holds).
 # Usage: bash scripts/device_check.sh [all|build|test|bench] [extra pytest args...]
 #        bash scripts/device_check.sh compare BASELINE_TREE   (host cost of this tree against an
 #        older checkout's, built and timed in the same call, alternating A/B/A/B/A/B)
@@ -14,6 +17,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 PY="$(command -v python3)"
 BUILD=build-device
+SITE=$PWD/$BUILD/site
 status=0
 
 {
@@ -24,7 +28,8 @@ status=0
 
 if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench || "$what" == compare ]]; then
   if ! { cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DGRAPHED_CUDA_ARCHITECTURES=90 \
-        && cmake --build "$BUILD" -j"$(nproc)"; } > "$OUT/build.log" 2>&1; then
+        -DGRAPHED_BUILD_TESTS=ON && cmake --build "$BUILD" -j"$(nproc)" \
+        && rm -rf "$SITE" && cmake --install "$BUILD" --prefix "$SITE"; } > "$OUT/build.log" 2>&1; then
     echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1
   fi
   grep -E "warning" "$OUT/build.log" | grep -v "^ninja" | head -20
@@ -35,14 +40,15 @@ if [[ "$what" == all || "$what" == test ]]; then
   ctest --test-dir "$BUILD" --output-on-failure > "$OUT/ctest.log" 2>&1 || status=1
   tail -5 "$OUT/ctest.log"
   grep -E "Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -30
-  PYTHONPATH=python "$PY" -m pytest tests/python -v -rs "$@" > "$OUT/pytest.log" 2>&1 || status=1
+  (cd "$BUILD" && PYTHONPATH="$SITE" "$PY" -m pytest ../tests/python --rootdir .. -c ../pyproject.toml \
+    -p no:cacheprovider -v -rs "$@") > "$OUT/pytest.log" 2>&1 || status=1
   grep -E "PASSED|FAILED|ERROR|SKIPPED" "$OUT/pytest.log" | grep -v "PASSED" | head -40
   tail -3 "$OUT/pytest.log"
 fi
 
 if [[ "$what" == all || "$what" == bench ]]; then
   if [[ -f bench/run.py ]]; then
-    PYTHONPATH=python:bench "$PY" bench/run.py --out "$OUT" > "$OUT/bench.log" 2>&1 || status=1
+    PYTHONPATH="$SITE:bench" "$PY" bench/run.py --out "$OUT" > "$OUT/bench.log" 2>&1 || status=1
     tail -60 "$OUT/bench.log"
   fi
 fi
@@ -56,7 +62,9 @@ if [[ "$what" == compare ]]; then
   for round in 1 2 3; do
     for tree in "$baseline" "$PWD"; do
       label=$([[ "$tree" == "$PWD" ]] && echo this || echo baseline)
-      PYTHONPATH="$tree/python:bench" "$PY" bench/host_cost_only.py --label "$label-$round" \
+      # The baseline (old layout) builds into its source tree; this tree installs into $SITE.
+      pkg=$([[ "$tree" == "$PWD" ]] && echo "$SITE" || echo "$tree/python")
+      PYTHONPATH="$pkg:bench" "$PY" bench/host_cost_only.py --label "$label-$round" \
         --json "$OUT/compare.jsonl" 2>&1 | tee -a "$OUT/compare.log" || status=1
     done
   done

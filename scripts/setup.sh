@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# Why this exists: one idempotent step that takes a fresh Debian machine (root, apt and PyPI
-# reachable) to a working graphed checkout: the system packages the build needs, a virtualenv in
-# .venv with torch, and the CMake build in build/ (the plugin lands in python/graphed/_native).
-# Every later script (test.sh, demo.sh, .ci/run) starts by running it; when everything is already
-# there it only checks and runs a no-op incremental build.
+# Why this exists: one idempotent step that takes a fresh Debian machine (apt and PyPI reachable)
+# to a working graphed checkout: the system packages the build needs, a virtualenv in .venv with
+# torch and the build tools, and one build of graphed as a wheel (scikit-build-core over the CMake
+# build, kept in build/wheel so later runs are incremental) installed into .venv. Every later
+# script (test.sh, demo.sh, .ci/run) starts by running it; when everything is already there it
+# only checks and runs a no-op incremental build.
 #
+# Usage: bash scripts/setup.sh [--tests]
+#   --tests  GoogleTest is required (installed when missing); test.sh passes it. Without it the
+#            GoogleTest suites are built only when GoogleTest is already installed.
 # Environment: PYTHON (the interpreter that creates .venv, default python3),
-#              GRAPHED_SETUP_FORCE_CONFIGURE=1 (re-run the CMake configure step).
+#              GRAPHED_SETUP_FORCE_CONFIGURE=1 (start the CMake build in build/wheel afresh).
+# Outputs: build/dist/graphed-*.whl (the wheel), build/wheel (the CMake build dir, for ctest).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 VENV=$ROOT/.venv
-BUILD=$ROOT/build
+BUILD=$ROOT/build/wheel
+DIST=$ROOT/build/dist
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=2.14.1
+want_tests=0
+[[ ${1:-} == --tests ]] && want_tests=1
 
 log() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
@@ -32,34 +40,52 @@ run_logged() {
 
 # -- system packages -----------------------------------------------------------------------------
 deb_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+have_gtest() { [[ -f /usr/include/gtest/gtest.h || -f /usr/src/googletest/CMakeLists.txt ]]; }
 
-missing=()
+missing=()  # the build cannot do without these
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v make >/dev/null 2>&1 || missing+=(make)
-deb_installed libgtest-dev || [[ -f /usr/include/gtest/gtest.h ]] || missing+=(libgtest-dev)
-deb_installed libze-dev || [[ -f /usr/include/level_zero/ze_api.h ]] || missing+=(libze-dev)
-deb_installed libze1 || missing+=(libze1)
 command -v "$PYTHON" >/dev/null 2>&1 || missing+=(python3)
 if [[ ! -x $VENV/bin/python ]] && ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
   missing+=(python3-venv)
 fi
-optional=()
+if ((want_tests)) && ! have_gtest; then
+  missing+=(libgtest-dev)
+fi
+optional=()  # without these the build goes on and says what it left out
 command -v ninja >/dev/null 2>&1 || optional+=(ninja-build)
+[[ -f /usr/include/level_zero/ze_api.h ]] || optional+=(libze-dev)
+deb_installed libze1 || optional+=(libze1)
 
 if ((${#missing[@]} + ${#optional[@]})); then
-  command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} ${optional[*]} and no apt-get"
-  export DEBIAN_FRONTEND=noninteractive
-  log "apt-get update"
-  run_logged /tmp/graphed-apt-update.log apt-get update -q
-  if ((${#missing[@]})); then
-    log "apt-get install ${missing[*]}"
-    run_logged /tmp/graphed-apt-install.log \
-      apt-get install -y -q --no-install-recommends "${missing[@]}"
+  sudo=()
+  if ((EUID != 0)); then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    elif ((${#missing[@]})); then
+      die "missing ${missing[*]}; run as root, install sudo, or install them yourself:" \
+        "apt-get install ${missing[*]} (optional: ${optional[*]:-none})"
+    else
+      log "note: not root and no sudo; optional ${optional[*]} not installed"
+      optional=()
+    fi
   fi
-  if ((${#optional[@]})); then
-    apt-get install -y -q --no-install-recommends "${optional[@]}" >/dev/null 2>&1 ||
-      log "note: ${optional[*]} not installed (optional); building with make"
+  if ((${#missing[@]} + ${#optional[@]})); then
+    command -v apt-get >/dev/null 2>&1 ||
+      die "missing ${missing[*]} ${optional[*]} and no apt-get; install them yourself"
+    export DEBIAN_FRONTEND=noninteractive
+    log "apt-get update"
+    run_logged /tmp/graphed-apt-update.log "${sudo[@]}" apt-get update -q
+    if ((${#missing[@]})); then
+      log "apt-get install ${missing[*]}"
+      run_logged /tmp/graphed-apt-install.log \
+        "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+    fi
+    for package in "${optional[@]}"; do
+      "${sudo[@]}" apt-get install -y -q --no-install-recommends "$package" >/dev/null 2>&1 ||
+        log "note: $package not installed (optional)"
+    done
   fi
 fi
 
@@ -72,48 +98,48 @@ fi
 
 # Checks the installed distributions' metadata without importing torch (fast).
 venv_complete() {
-  "$VENV/bin/python" - "$TORCH_VERSION" <<'EOF' >/dev/null 2>&1
+  "$VENV/bin/python" - "$TORCH_VERSION" <<'PY' >/dev/null 2>&1
 import sys
 from importlib import metadata
 
 want_torch = sys.argv[1]
 if metadata.version("torch").split("+")[0] != want_torch:
     raise SystemExit(1)
-for name in ("pytest", "numpy", "ruff"):
+for name in ("pytest", "numpy", "ruff", "scikit-build-core"):
     metadata.version(name)
-EOF
+PY
 }
 
 if ! venv_complete; then
-  log "pip install torch==$TORCH_VERSION pytest numpy ruff (torch is large: a few minutes)"
+  log "pip install torch==$TORCH_VERSION pytest numpy ruff scikit-build-core" \
+    "(torch is large: a few minutes)"
   run_logged "$VENV/pip-install.log" "$VENV/bin/python" -m pip install --disable-pip-version-check \
-    "torch==$TORCH_VERSION" pytest numpy ruff
+    "torch==$TORCH_VERSION" pytest numpy ruff scikit-build-core
   venv_complete || die "the packages in $VENV are still incomplete after pip install"
 fi
 
-# -- CMake build ---------------------------------------------------------------------------------
-cache=$BUILD/CMakeCache.txt
-configure=0
-if [[ ! -f $cache || ${GRAPHED_SETUP_FORCE_CONFIGURE:-0} == 1 ]]; then
-  configure=1
-elif [[ ! -f $BUILD/build.ninja && ! -f $BUILD/Makefile ]]; then
-  configure=1 # an earlier configure stopped before generating
-elif ! grep -qxF "Python3_EXECUTABLE:FILEPATH=$VENV/bin/python" "$cache" \
-  && ! grep -qxF "Python3_EXECUTABLE:UNINITIALIZED=$VENV/bin/python" "$cache"; then
-  configure=1
+# -- the build: one wheel, one CMake build dir -----------------------------------------------------
+# Builds of the old layout wrote the plugin into the source tree; it must not shadow the wheel.
+if [[ -d python/graphed/_native ]]; then
+  log "removing python/graphed/_native (a build product of the old layout)"
+  rm -rf python/graphed/_native
 fi
-if ((configure)); then
-  generator=()
-  if [[ ! -f $cache ]] && command -v ninja >/dev/null 2>&1; then
-    generator=(-G Ninja)
-  fi
-  mkdir -p "$BUILD"
-  log "configuring $BUILD"
-  run_logged "$BUILD/setup-configure.log" \
-    cmake -S "$ROOT" -B "$BUILD" "${generator[@]}" -DPython3_EXECUTABLE="$VENV/bin/python"
-  grep -E '^-- graphed:' "$BUILD/setup-configure.log" | sed 's/^-- /[setup] /' || true
+if [[ ${GRAPHED_SETUP_FORCE_CONFIGURE:-0} == 1 ]]; then
+  rm -rf "$BUILD"
 fi
-
-log "building (log: build/setup-build.log)"
-run_logged "$BUILD/setup-build.log" cmake --build "$BUILD" -j2
-log "ready"
+tests=OFF
+if have_gtest; then
+  tests=ON
+fi
+mkdir -p "$BUILD" "$DIST"
+rm -f "$DIST"/graphed-*.whl
+log "building the wheel (GoogleTest suites: $tests; log: build/setup-build.log)"
+run_logged "$ROOT/build/setup-build.log" "$VENV/bin/python" -m pip wheel -v \
+  --disable-pip-version-check --no-build-isolation --no-deps --wheel-dir "$DIST" \
+  --config-settings=build-dir=build/wheel \
+  --config-settings=cmake.define.GRAPHED_BUILD_TESTS=$tests "$ROOT"
+grep -E '^ *-- graphed:' "$ROOT/build/setup-build.log" | sed 's/^ *-- /[setup] /' || true
+wheel=$(ls "$DIST"/graphed-*.whl)
+run_logged "$ROOT/build/setup-install.log" "$VENV/bin/python" -m pip install \
+  --disable-pip-version-check --no-deps --force-reinstall "$wheel"
+log "ready: $(basename "$wheel") installed into .venv"

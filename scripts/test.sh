@@ -1,14 +1,55 @@
 #!/usr/bin/env bash
-# Why this exists: the one command that runs every graphed test: it sets up (scripts/setup.sh),
-# runs the GoogleTest suites through ctest and the Python suite through pytest, prints each
-# runner's counts and a combined closing line, and exits non-zero if either runner failed.
+# Why this exists: the one command that runs every graphed test: it sets up (scripts/setup.sh
+# --tests: one CMake build, packed as a wheel), installs that wheel into a separate virtualenv
+# that holds only torch, pytest and numpy (build/test-venv, as a user's would), runs the
+# GoogleTest suites through ctest from the wheel's build dir and the Python suite through pytest
+# against the installed package, prints each runner's counts and a combined closing line, and
+# exits non-zero if either runner failed.
 # CI runs it through .ci/run. Extra arguments go to pytest (for example -k NAME or -m gpu).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
+TORCH_VERSION=2.14.1
+TEST_VENV=$ROOT/build/test-venv
 
-bash scripts/setup.sh
+bash scripts/setup.sh --tests
+
+# -- the installed package -----------------------------------------------------------------------
+if ! "$TEST_VENV/bin/python" - "$TORCH_VERSION" <<'EOF' >/dev/null 2>&1; then
+import sys
+from importlib import metadata
+
+if metadata.version("torch").split("+")[0] != sys.argv[1]:
+    raise SystemExit(1)
+for name in ("pytest", "numpy"):
+    metadata.version(name)
+EOF
+  rm -rf "$TEST_VENV"
+  echo "[test] creating build/test-venv with torch==$TORCH_VERSION pytest numpy"
+  python3 -m venv "$TEST_VENV"
+  "$TEST_VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    "torch==$TORCH_VERSION" pytest numpy >"$ROOT/build/test-venv.log" 2>&1 ||
+    { tail -40 "$ROOT/build/test-venv.log"; exit 1; }
+fi
+"$TEST_VENV/bin/python" -m pip uninstall -q -y graphed >/dev/null 2>&1 || true
+"$TEST_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+  "$(ls build/dist/graphed-*.whl)"
+
+# From here on the cwd is build/, where no graphed source is importable: `import graphed` must
+# find the test venv's.
+cd "$ROOT/build"
+"$TEST_VENV/bin/python" - "$TEST_VENV" <<'EOF'
+import sys
+from pathlib import Path
+
+import graphed
+
+where = Path(graphed.__file__).resolve()
+if not where.is_relative_to(Path(sys.argv[1]).resolve()):
+    raise SystemExit(f"[test] error: graphed was imported from {where}, not build/test-venv")
+print(f"[test] graphed {graphed.__version__} from build/test-venv; backend {graphed.backend()[0]}")
+EOF
 
 reports=$ROOT/build/test-reports
 rm -rf "$reports"
@@ -19,7 +60,7 @@ status=0
 echo
 echo "== GoogleTest (ctest) =="
 ctest_rc=0
-ctest --test-dir build --output-on-failure --timeout 300 -j2 \
+ctest --test-dir "$ROOT/build/wheel" --output-on-failure --timeout 300 -j2 \
   --output-junit "$reports/ctest.xml" || ctest_rc=$?
 if ((ctest_rc != 0)); then
   status=1
@@ -28,9 +69,9 @@ fi
 echo
 echo "== pytest =="
 pytest_rc=0
-PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH} \
-  .venv/bin/python -m pytest tests/python -v -rs --junitxml="$reports/pytest.xml" "$@" ||
-  pytest_rc=$?
+GRAPHED_EXPECT_INSTALLED=1 "$TEST_VENV/bin/python" -m pytest "$ROOT/tests/python" \
+  --rootdir "$ROOT" -c "$ROOT/pyproject.toml" -p no:cacheprovider -v -rs \
+  --junitxml="$reports/pytest.xml" "$@" || pytest_rc=$?
 if ((pytest_rc == 5)); then
   echo "[test] pytest collected no tests"
 elif ((pytest_rc != 0)); then
@@ -39,7 +80,7 @@ fi
 
 # The counts, read from the runners' JUnit reports.
 echo
-.venv/bin/python - "$reports/ctest.xml" "$reports/pytest.xml" "$ctest_rc" "$pytest_rc" <<'EOF'
+"$ROOT/.venv/bin/python" - "$reports/ctest.xml" "$reports/pytest.xml" "$ctest_rc" "$pytest_rc" <<'EOF'
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path

@@ -2,10 +2,12 @@
 
 Importing the package loads the native plugin, which registers `torch.ops.graphed.*`."""
 
+from . import _preflight  # noqa: F401  (first: a missing or mismatched build is one ImportError)
 from ._fake import register_fakes as _register_fakes
 from ._forward import GraphedForward
 from ._library import backend, library_path, load_library
 from ._tree import clone_static, copy_into, flatten_kwargs, kwargs_signature, unflatten
+from ._version import __version__ as __version__
 
 load_library()
 _register_fakes()

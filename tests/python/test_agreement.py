@@ -120,9 +120,9 @@ def _run_ranks(tmp_path: Path, mode: str, plan: list[str]) -> list[dict]:
     """Runs one child per entry of plan; returns their reports, ordered by rank."""
     world_size = len(plan)
     port = _free_port()
+    # The children import graphed as this process did: the installed (or editable) package, or
+    # the tree named on the PYTHONPATH they inherit. Nothing is added to their path.
     env = dict(os.environ)
-    package_root = str(Path(graphed.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env["NCCL_NVLS_ENABLE"] = "0"
     children = []
     for rank in range(world_size):

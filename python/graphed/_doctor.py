@@ -1,0 +1,200 @@
+"""`python -m graphed`: the doctor. It exists so that a user (or a bug report) can say in one
+command what is installed and whether it works: graphed, torch, CUDA and driver versions, the torch
+this build was made for against the running one, the backends built in and the one chosen at load
+with its reasons, the devices, and a few-second self-test (capture, replay and compare with eager
+on a tiny module; without a GPU, the eager fallback). It exits non-zero when the self-test fails.
+`python -m graphed bench` runs the short benchmark of a checkout (bench/ is not installed)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+_OK, _FAIL = "pass", "FAIL"
+
+
+def _line(label: str, value: object) -> None:
+    print(f"  {label:<22} {value}")
+
+
+def _driver_version() -> str:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return "unknown (no nvidia-smi)"
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"unknown ({error})"
+    lines = out.stdout.strip().splitlines()
+    return lines[0].strip() if out.returncode == 0 and lines else "unknown (nvidia-smi failed)"
+
+
+class _Tiny:
+    """Builds the self-test's module lazily, so that importing this file needs no torch."""
+
+    @staticmethod
+    def make(torch):
+        class TinyForward(torch.nn.Module):
+            """out = {"y": gelu(x @ w + b) * scale, "sum": ...}: a few kernels, a dict output."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                generator = torch.Generator().manual_seed(0)
+                self.weight = torch.nn.Parameter(torch.randn(16, 16, generator=generator))
+                self.bias = torch.nn.Parameter(torch.randn(16, generator=generator))
+
+            def forward(self, *, x, scale):
+                y = torch.nn.functional.gelu(x @ self.weight + self.bias) * scale
+                return {"y": y, "sum": y.sum(dim=-1)}
+
+        return TinyForward()
+
+
+def self_test(device_name: str) -> tuple[bool, str]:
+    """Runs a tiny module eager and through GraphedForward on `device_name` and compares them.
+    On a CUDA device it expects a capture and replays; elsewhere, eager calls."""
+    import torch
+
+    import graphed
+
+    device = torch.device(device_name)
+    generator = torch.Generator().manual_seed(1)
+    module = _Tiny.make(torch).to(device).eval()
+    gf = graphed.GraphedForward(module, device=device, name="doctor", warmup_iters=2)
+    worst = 0.0
+    with torch.no_grad():
+        for _ in range(4):
+            kwargs = {
+                "x": torch.randn(4, 16, generator=generator).to(device),
+                "scale": torch.rand(1, generator=generator).to(device) + 0.5,
+            }
+            want = module(**kwargs)
+            got = gf(**kwargs)
+            for key in ("y", "sum"):
+                if not torch.allclose(got[key], want[key], rtol=1e-4, atol=1e-5):
+                    diff = (got[key] - want[key]).abs().max().item()
+                    return False, f"output {key!r} differs from eager by {diff:g}"
+                worst = max(worst, (got[key] - want[key]).abs().max().item())
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    stats = gf.stats()
+    summary = (
+        f"captures {stats['captures']}, replays {stats['replays']}, "
+        f"eager calls {stats['eager_calls']}, max |graphed - eager| {worst:.2g}"
+    )
+    if device.type == "cuda" and stats["enabled"]:
+        if stats["captures"] < 1 or stats["replays"] < 4:
+            return False, f"expected one capture and 4 replays; {summary}"
+        return True, f"captured and replayed on {device}; {summary}"
+    if stats["eager_calls"] < 4:
+        return False, f"expected 4 eager calls; {summary}"
+    reason = stats.get("disabled_reason") or "graphs unavailable"
+    return True, f"graphs unavailable on {device} ({reason}); eager fallback agrees; {summary}"
+
+
+def doctor() -> int:
+    """Prints the report; returns the exit status (1 when the self-test fails)."""
+    print("graphed doctor")
+    _line("python", f"{platform.python_version()} ({sys.executable})")
+    try:
+        import torch
+    except ImportError as error:
+        _line("torch", f"not importable: {error}")
+        return 1
+    _line("torch", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})")
+    _line("NVIDIA driver", _driver_version())
+
+    from . import _library
+
+    try:
+        from . import _build_info
+    except ImportError:
+        _build_info = None
+    if _build_info is not None:
+        _line(
+            "built for torch",
+            f"{_build_info.torch_version} (CUDA {_build_info.torch_cuda or 'none'})",
+        )
+        _line("CUDA toolkit (build)", _build_info.cuda_toolkit or "none")
+        _line("CUDA archs (build)", _build_info.cuda_architectures or "none")
+        _line("backends built in", ", ".join(_build_info.backends) or "none (eager only)")
+        mismatch = _library.torch_mismatch(_build_info.torch_version, _build_info.torch_cuda)
+        _line("torch match", f"{_FAIL}: {mismatch}" if mismatch else "yes")
+    else:
+        _line("build info", "missing (not a pip or cmake --install build)")
+
+    try:
+        import graphed
+    except ImportError as error:
+        print(f"\nimport graphed failed: {error}")
+        return 1
+    _line("graphed", f"{graphed.__version__} ({Path(graphed.__file__).parent})")
+    _line("native library", graphed.library_path())
+    name, reason = torch.ops.graphed.backend()
+    _line("backend at load", name)
+    _line("  why", reason)
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            _line(f"cuda:{index}", f"{props.name}, sm_{props.major}{props.minor}")
+    else:
+        _line("CUDA devices", "none visible to torch")
+
+    device = "cuda" if name == "cuda" and torch.cuda.is_available() else "cpu"
+    print(f"\nself-test on {device}:")
+    try:
+        passed, detail = self_test(device)
+    except Exception as error:  # noqa: BLE001 - the doctor reports every failure
+        passed, detail = False, f"{type(error).__name__}: {error}"
+    print(f"  {_OK if passed else _FAIL}: {detail}")
+    return 0 if passed else 1
+
+
+def _bench_dir() -> Path | None:
+    """bench/ of a checkout: $GRAPHED_BENCH_DIR, ./bench, or beside the imported package's tree."""
+    candidates = []
+    if os.environ.get("GRAPHED_BENCH_DIR"):
+        candidates.append(Path(os.environ["GRAPHED_BENCH_DIR"]))
+    candidates.append(Path.cwd() / "bench")
+    candidates.append(Path(__file__).resolve().parents[2] / "bench")
+    for folder in candidates:
+        if (folder / "run.py").is_file():
+            return folder
+    return None
+
+
+def bench(out: Path) -> int:
+    """Runs bench/run.py --quick --no-compile with its results in `out`."""
+    folder = _bench_dir()
+    if folder is None:
+        print(
+            "graphed bench: bench/ is not installed with the package; run this from a graphed "
+            "checkout (or set GRAPHED_BENCH_DIR to its bench folder)"
+        )
+        return 2
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    command = [sys.executable, str(folder / "run.py"), "--quick", "--no-compile", "--out", str(out)]
+    print("graphed bench:", " ".join(command), flush=True)
+    return subprocess.call(command, env=env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m graphed", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command")
+    bench_parser = sub.add_parser("bench", help="the short benchmark of a checkout's bench/")
+    bench_parser.add_argument("--out", type=Path, default=Path("graphed-bench"))
+    args = parser.parse_args(argv)
+    if args.command == "bench":
+        return bench(args.out)
+    return doctor()

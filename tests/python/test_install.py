@@ -1,0 +1,136 @@
+"""The installed package: its version metadata, the build info it records, the readable
+ImportErrors of a torch mismatch and of a never-built checkout, the doctor (`python -m graphed`),
+and, when scripts/test.sh runs the suite against a wheel (GRAPHED_EXPECT_INSTALLED=1), that the
+package really is the installed one and that its native files carry no path of the build."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import graphed
+import pytest
+import torch
+from graphed import _library
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+EXPECT_INSTALLED = os.environ.get("GRAPHED_EXPECT_INSTALLED") == "1"
+
+
+def _build_info():
+    try:
+        from graphed import _build_info
+    except ImportError:
+        if EXPECT_INSTALLED:
+            raise
+        pytest.skip("this graphed has no _build_info (not a pip or cmake --install build)")
+    return _build_info
+
+
+def _child_env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("GRAPHED_LIBRARY", "PYTHONPATH")}
+    env.update(extra)
+    return env
+
+
+def test_version_is_one_string_everywhere():
+    assert re.fullmatch(r"\d+\.\d+\.\d+", graphed.__version__)
+    source = (CHECKOUT / "python" / "graphed" / "_version.py").read_text()
+    assert f'__version__ = "{graphed.__version__}"' in source
+    assert _build_info().version == graphed.__version__
+    try:
+        assert metadata.version("graphed") == graphed.__version__
+    except metadata.PackageNotFoundError:
+        if EXPECT_INSTALLED:
+            raise
+        pytest.skip("graphed is not installed (imported from a tree)")
+
+
+def test_build_info_matches_running_torch():
+    info = _build_info()
+    assert info.torch_version.split("+")[0] == str(torch.__version__).split("+")[0]
+    assert (info.torch_cuda or None) == (torch.version.cuda or None)
+    assert set(info.backends) <= {"cuda", "xpu"}
+    assert _library.torch_mismatch(info.torch_version, info.torch_cuda) is None
+
+
+def test_torch_mismatch_is_one_readable_import_error(monkeypatch):
+    info = _build_info()
+    monkeypatch.setattr(info, "torch_version", "2.11.0+cu128")
+    monkeypatch.setattr(info, "torch_cuda", "12.8")
+    monkeypatch.setattr(_library, "_checked", False)
+    monkeypatch.delenv("GRAPHED_SKIP_TORCH_CHECK", raising=False)
+    with pytest.raises(ImportError) as caught:
+        _library.check_build()
+    message = str(caught.value)
+    assert "2.11.0+cu128" in message and str(torch.__version__) in message
+    assert "pip install --no-build-isolation" in message and "--force-reinstall" in message
+    monkeypatch.setenv("GRAPHED_SKIP_TORCH_CHECK", "1")
+    _library.check_build()  # the escape hatch
+
+
+def test_never_built_tree_says_how_to_build(tmp_path):
+    tree = tmp_path / "python" / "graphed"
+    tree.mkdir(parents=True)
+    for source in Path(graphed.__file__).parent.glob("*.py"):
+        if source.name != "_build_info.py":
+            shutil.copy(source, tree / source.name)
+    result = subprocess.run(
+        [sys.executable, "-c", "import graphed"],
+        cwd=tmp_path,
+        env=_child_env(PYTHONPATH=str(tmp_path / "python")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "graphed's native library is not built; pip install --no-build-isolation" in (
+        result.stderr
+    )
+    assert "No module named" not in result.stderr
+
+
+def test_doctor_reports_and_passes(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "graphed"],
+        cwd=tmp_path,
+        env=_child_env(
+            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {})
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for label in ("torch ", "built for torch", "backends built in", "backend at load", "pass:"):
+        assert label in result.stdout
+    assert graphed.__version__ in result.stdout
+
+
+@pytest.mark.skipif(not EXPECT_INSTALLED, reason="only when the suite runs against a wheel")
+def test_installed_package_is_the_one_imported():
+    assert Path(graphed.__file__).resolve().is_relative_to(Path(sys.prefix).resolve())
+    assert not Path(graphed.__file__).resolve().is_relative_to(CHECKOUT / "python")
+
+
+@pytest.mark.skipif(not EXPECT_INSTALLED, reason="only when the suite runs against a wheel")
+def test_native_files_carry_no_build_path():
+    native = Path(graphed.library_path()).parent
+    files = sorted(native.glob("*.so"))
+    assert len(files) == 2, files
+    for path in files:
+        data = path.read_bytes()
+        assert str(CHECKOUT).encode() not in data, f"{path.name} names the checkout"
+        if shutil.which("readelf"):
+            dynamic = subprocess.run(
+                ["readelf", "-d", str(path)], capture_output=True, text=True, check=True
+            ).stdout
+            runpath = re.search(r"R(?:UN)?PATH.*\[(.*)\]", dynamic)
+            assert runpath, dynamic
+            for entry in runpath.group(1).split(":"):
+                assert entry.startswith("$ORIGIN"), f"{path.name}: RUNPATH entry {entry}"
