@@ -118,6 +118,38 @@ if ! venv_complete; then
   venv_complete || die "the packages in $VENV are still incomplete after pip install"
 fi
 
+# ---- XPU test tools: begin ---------------------------------------------------------------------
+# Optional: what the `xpu` ctest label needs besides libze1/libze-dev (above): clang-15 and
+# llvm-spirv-15 (the gather kernel's SPIR-V), spirv-tools (spirv-val), the OpenCL ICD loader and
+# headers, and in .venv-xpu the PyPI wheels intel-sycl-rt (SYCL headers for the torch half's
+# compile check) and intel-opencl-rt (a CPU OpenCL runtime that takes SPIR-V). A failure here
+# never fails the setup: the tests that need the missing piece skip and say why.
+xpu_debs=()
+for pkg in clang-15 llvm-spirv-15 spirv-tools ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers; do
+  deb_installed "$pkg" || xpu_debs+=("$pkg")
+done
+if ((${#xpu_debs[@]})) && command -v apt-get >/dev/null 2>&1; then
+  log "apt-get install ${xpu_debs[*]} (xpu tests)"
+  if (export DEBIAN_FRONTEND=noninteractive; apt-get update -q &&
+    apt-get install -y -q --no-install-recommends "${xpu_debs[@]}") >/tmp/graphed-apt-xpu.log 2>&1; then
+    export GRAPHED_SETUP_FORCE_CONFIGURE=1 # CMake finds the new tools
+  else
+    log "note: some xpu test tools did not install (see /tmp/graphed-apt-xpu.log); those tests skip"
+  fi
+fi
+XPU_TOOLS=$ROOT/.venv-xpu
+if [[ ! -f $XPU_TOOLS/include/sycl/sycl.hpp || ! -f $XPU_TOOLS/lib/libintelocl.so ]]; then
+  log "pip install intel-sycl-rt intel-opencl-rt into $XPU_TOOLS (xpu tests; about 1.5 GB)"
+  if (rm -rf "$XPU_TOOLS" && "$PYTHON" -m venv "$XPU_TOOLS" &&
+    "$XPU_TOOLS/bin/python" -m pip install -q --disable-pip-version-check \
+      intel-sycl-rt==2026.2.0 intel-opencl-rt==2026.2.0) >/tmp/graphed-pip-xpu.log 2>&1; then
+    export GRAPHED_SETUP_FORCE_CONFIGURE=1
+  else
+    log "note: the xpu PyPI tools did not install (see /tmp/graphed-pip-xpu.log); those tests skip"
+  fi
+fi
+# ---- XPU test tools: end -----------------------------------------------------------------------
+
 # -- the build: one wheel, one CMake build dir -----------------------------------------------------
 # Builds of the old layout wrote the plugin into the source tree; it must not shadow the wheel.
 if [[ -d python/graphed/_native ]]; then

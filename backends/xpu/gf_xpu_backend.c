@@ -1,61 +1,129 @@
-/* The Level Zero (Intel GPU) backend's load-time probe. The loader is opened with dlopen, as the
- * OpenCL ICD loader opens its drivers, so a machine without it loads graphed all the same and
- * pays one failed dlopen. The probe initialises the loader for GPU drivers only and counts them.
+/* The Level Zero (Intel GPU) backend's table and its load-time probe. The loader is opened with
+ * dlopen (gf_xpu_level_zero.c), so a machine without it loads graphed all the same and pays one
+ * failed dlopen. The probe initialises the loader for GPU drivers, checks the driver's API
+ * version and finds its devices; it accepts only when this build also has the torch half
+ * (gf_xpu_torch.cpp, built when torch has XPU), since capture goes through torch's XPU graph.
  *
- * Capture and replay through Level Zero command lists are not built yet: a runner on an XPU
- * device is created disabled with a reason that says so, and its calls run eager. The hooks that
- * capture would need are the same table as CUDA's (gf_backend.h); a table whose
- * graphs_supported refuses needs no other hook. */
+ * Hooks: graphs_supported asks Level Zero (device, compute engine, SPIR-V, and the graph flag
+ * when native recording is asked for) and then torch (the SYCL graph aspect). The sync probe is a
+ * no-op: torch has no sync-debug mode for XPU (nothing in c10/xpu matches SyncDebug), so a
+ * synchronising operator in a forward is caught only when it fails during capture. Copies are
+ * one gather kernel per node reading a table the entry owns, refreshed before each replay: a
+ * folded replay is two submissions (the table upload, the graph), whatever the number of
+ * tensors. */
 #include "gf_xpu_backend.h"
+#include "gf_xpu_level_zero.h"
+#ifdef GF_XPU_WITH_TORCH
+#include "gf_xpu_torch.h"
+#endif
 
-#include <level_zero/ze_api.h>
-
-#include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-typedef ze_result_t (*gf_ze_init_fn)(ze_init_flags_t flags);
-typedef ze_result_t (*gf_ze_driver_get_fn)(uint32_t *count, ze_driver_handle_t *drivers);
+static gf_xpu_ze gf_xpu_level_zero;
+
+#ifdef GF_XPU_WITH_TORCH
+
+/* torch's c10::DeviceType::XPU. */
+enum { GF_XPU_DEVICE_TYPE = 12 };
+
+/* SYCL records straight into Level Zero graphs when this is set (intel/llvm), and then the
+ * device must report graph support. */
+static int gf_xpu_native_recording(void) {
+  const char *value = getenv("SYCL_GRAPH_FORCE_NATIVE_RECORDING");
+  return value != NULL && value[0] != '\0' && strcmp(value, "0") != 0;
+}
+
+static int gf_xpu_backend_device_usable(const gf_xpu_ze *ze, int device_type, int device_index,
+                                        char *why, size_t why_capacity) {
+  if (device_type != GF_XPU_DEVICE_TYPE) {
+    snprintf(why, why_capacity, "the runner's device is not an XPU device");
+    return 0;
+  }
+  return gf_xpu_ze_device_usable(ze, device_index < 0 ? 0 : device_index, gf_xpu_native_recording(),
+                                 why, why_capacity);
+}
 
 static int gf_xpu_graphs_supported(void *context, int device_type, int device_index, char *why,
                                    size_t why_capacity) {
+  return gf_xpu_backend_device_usable(context, device_type, device_index, why, why_capacity) &&
+         gf_xpu_torch_graphs_supported(device_index, why, why_capacity);
+}
+
+static gf_status gf_xpu_runner_create(void *context, int device_index, void **state,
+                                      gf_error *err) {
+  gf_xpu_runner *runner = calloc(1, sizeof *runner);
+  if (runner == NULL) {
+    return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for an XPU runner");
+  }
+  runner->ze = context;
+  runner->native_graphs = gf_xpu_native_recording();
+  gf_status status = gf_xpu_torch_runner_create(runner->ze, device_index, &runner->torch, err);
+  if (status != GF_OK) {
+    free(runner);
+    return status;
+  }
+  *state = runner;
+  return GF_OK;
+}
+
+static void gf_xpu_runner_destroy(void *context, void *state) {
   (void)context;
-  (void)device_type;
-  (void)device_index;
-  snprintf(why, why_capacity,
-           "a Level Zero GPU driver is present, but capture through Level Zero command lists "
-           "is not built in this release");
-  return 0;
+  gf_xpu_torch_runner_destroy(((gf_xpu_runner *)state)->torch);
+  free(state);
+}
+
+static int gf_xpu_outer_capture_active(void *context, void *state) {
+  (void)context;
+  gf_xpu_runner *runner = state;
+  return gf_xpu_torch_outer_capture_active(runner->torch, runner->native_graphs);
+}
+
+/* No sync-debug mode exists for XPU: nothing to switch on or off. */
+static gf_status gf_xpu_sync_probe_noop(void *context, void *state, gf_error *err) {
+  (void)context;
+  (void)state;
+  (void)err;
+  return GF_OK;
 }
 
 static const gf_backend gf_xpu_backend = {
     .name = "xpu",
-    .context = NULL,
+    .context = &gf_xpu_level_zero,
     .graphs_supported = gf_xpu_graphs_supported,
+    .runner_create = gf_xpu_runner_create,
+    .runner_destroy = gf_xpu_runner_destroy,
+    .outer_capture_active = gf_xpu_outer_capture_active,
+    .sync_probe_begin = gf_xpu_sync_probe_noop,
+    .sync_probe_end = gf_xpu_sync_probe_noop,
+    .warmup_begin = gf_xpu_torch_side_stream_begin,
+    .warmup_end = gf_xpu_torch_side_stream_end,
+    .capture_begin = gf_xpu_torch_capture_begin,
+    .capture_end = gf_xpu_torch_capture_end,
+    .copy_batch = gf_xpu_torch_copy_batch,
+    .launch = gf_xpu_torch_launch,
+    .release_graph = gf_xpu_torch_release_graph,
+    .capture_copy_node = gf_xpu_torch_capture_copy_node,
+    .launch_folded = gf_xpu_torch_launch_folded,
 };
 
+#endif /* GF_XPU_WITH_TORCH */
+
 const gf_backend *gf_xpu_backend_probe(char *why, size_t why_capacity) {
-  void *loader = dlopen("libze_loader.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (loader == NULL) {
-    snprintf(why, why_capacity, "the Level Zero loader (libze_loader.so.1) is not installed");
+  gf_error err = {0};
+  if (gf_xpu_ze_open("libze_loader.so.1", &gf_xpu_level_zero, &err) != GF_OK) {
+    snprintf(why, why_capacity, "%s", err.message);
     return NULL;
   }
-  gf_ze_init_fn ze_init = (gf_ze_init_fn)dlsym(loader, "zeInit");
-  gf_ze_driver_get_fn ze_driver_get = (gf_ze_driver_get_fn)dlsym(loader, "zeDriverGet");
-  if (ze_init == NULL || ze_driver_get == NULL) {
-    snprintf(why, why_capacity, "the Level Zero loader lacks zeInit or zeDriverGet");
-    dlclose(loader);
-    return NULL;
-  }
-  ze_result_t result = ze_init(ZE_INIT_FLAG_GPU_ONLY);
-  uint32_t drivers = 0;
-  if (result == ZE_RESULT_SUCCESS) {
-    result = ze_driver_get(&drivers, NULL);
-  }
-  if (result != ZE_RESULT_SUCCESS || drivers == 0) {
-    snprintf(why, why_capacity, "the Level Zero loader found no GPU driver (result 0x%x)",
-             (unsigned)result);
-    /* The loader stays open: unloading it after zeInit is not supported by every loader. */
-    return NULL;
-  }
+#ifdef GF_XPU_WITH_TORCH
   return &gf_xpu_backend;
+#else
+  snprintf(why, why_capacity,
+           "Level Zero finds %u GPU device(s) (driver API %u.%u), but this build's torch has no "
+           "XPU, so graphed's XPU torch half is not built",
+           (unsigned)gf_xpu_level_zero.device_count, (unsigned)gf_xpu_level_zero.api_version >> 16,
+           (unsigned)gf_xpu_level_zero.api_version & 0xffffu);
+  return NULL;
+#endif
 }

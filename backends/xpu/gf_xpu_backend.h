@@ -10,7 +10,8 @@
 extern "C" {
 #endif
 
-/* The Level Zero table when the loader opens and finds a GPU driver; else NULL and why. */
+/* The Level Zero table when the loader opens, a GPU driver of API 1.3 or later answers with a
+ * device, and this build has the torch half; else NULL and why. */
 const gf_backend *gf_xpu_backend_probe(char *why, size_t why_capacity);
 
 #ifdef __cplusplus

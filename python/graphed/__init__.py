@@ -6,6 +6,7 @@ from . import _preflight  # noqa: F401  (first: a missing or mismatched build is
 from ._fake import register_fakes as _register_fakes
 from ._forward import GraphedForward
 from ._library import backend, library_path, load_library
+from ._platform import CUDAGraphedForward, XPUGraphedForward, get_graphed_forward_cls
 from ._tree import clone_static, copy_into, flatten_kwargs, kwargs_signature, unflatten
 from ._version import __version__ as __version__
 
@@ -13,11 +14,14 @@ load_library()
 _register_fakes()
 
 __all__ = [
+    "CUDAGraphedForward",
     "GraphedForward",
+    "XPUGraphedForward",
     "backend",
     "clone_static",
     "copy_into",
     "flatten_kwargs",
+    "get_graphed_forward_cls",
     "kwargs_signature",
     "library_path",
     "load_library",

@@ -15,7 +15,7 @@ ALLOWED = {
     "ops": set(),
     "backends/common": {"ops"},
     "backends/cuda": {"ops", "backends/common"},
-    "backends/xpu": {"ops"},
+    "backends/xpu": {"ops", "backends/common"},
     "backends/emulated": {"ops"},
     "shim": {"ops", "backends/common", "backends/cuda", "backends/xpu", "backends/emulated"},
     "pyext": {"ops", "shim", "backends/common"},
