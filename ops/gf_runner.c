@@ -297,6 +297,16 @@ static gf_status gf_runner_adopt(gf_runner *runner, gf_pool *pool, gf_status mad
 
 /* An eager run on the caller's own tensors: their in-place writes happen for real, and are
  * reported to a caller that asked (it may have passed temporary copies). */
+/* A host that observes got the disable as an event; any other is warned. */
+static void gf_runner_warn_disabled(gf_runner *runner, const char *reason) {
+  if (runner->host.notify != NULL) {
+    return;
+  }
+  char message[GF_REASON_CAPACITY + 64];
+  snprintf(message, sizeof message, "graphed: runner disabled, calls now run eager: %s", reason);
+  gf_runner_warn(runner, message);
+}
+
 static gf_status gf_runner_run_eager(gf_runner *runner, const gf_tensor *inputs, size_t count,
                                      const gf_call_options *options, gf_pool *results,
                                      gf_error *err) {
@@ -651,9 +661,7 @@ static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor
              status != GF_OK ? capture_err.message
                              : "another rank of the process group failed its capture");
     gf_runner_disable(runner, reason);
-    char message[GF_REASON_CAPACITY + 64];
-    snprintf(message, sizeof message, "graphed: runner disabled, calls now run eager: %s", reason);
-    gf_runner_warn(runner, message);
+    gf_runner_warn_disabled(runner, reason);
     return gf_runner_run_eager(runner, inputs, count, options, results, err);
   }
   runner->captures++;
@@ -719,7 +727,7 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
              status == GF_ERR_NO_MEMORY ? "out of host memory for a replay" : "replay failed",
              err->message);
     gf_runner_disable(runner, reason);
-    gf_runner_warn(runner, reason);
+    gf_runner_warn_disabled(runner, reason);
     gf_pool_truncate(results, results_before, gf_runner_release_handle, runner);
     return gf_runner_run_eager(runner, inputs, input_count, options, results, err);
   }

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from . import _library
+from . import _library, _observe, _phases
 from ._native import _graphed_fastcall as _fastcall
 from ._tree import flatten_kwargs, flatten_output, rebuild_output, unflatten
 
@@ -103,8 +103,18 @@ class GraphedForward:
         agree_op = None
         if group is not None:
             agree_op = _define_op("(Tensor ok) -> Tensor", self._agreement(group))
+        self._log, observer_op = _observe.observer_for(name)
+        if self.device.type == "cuda":
+            _phases.install_capture_awareness()
         self._id = torch.ops.graphed.create(
-            name, self._forward_op, self.device, max_entries, warmup_iters, enabled, agree_op
+            name,
+            self._forward_op,
+            self.device,
+            max_entries,
+            warmup_iters,
+            enabled,
+            agree_op,
+            observer_op,
         )
         _runners[self._id] = self
         self._finalizer = weakref.finalize(self, torch.ops.graphed.destroy, self._id)
@@ -158,7 +168,8 @@ class GraphedForward:
         kwargs = (
             _fastcall.substitute(tree, inputs) if type(tree) is dict else unflatten(tree, inputs)
         )
-        with self._context_for_forward():
+        phase = _phases.current_phase()
+        with self._context_for_forward(), _phases.forward_in_phase(phase, self, self._state):
             result = self.module(**kwargs)
         plain = _fastcall.output_template(result)
         template, tensors = plain if plain is not None else flatten_output(result)
@@ -170,6 +181,12 @@ class GraphedForward:
             return self.module(**kwargs)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _state(self) -> list[torch.Tensor]:
+        """The tensors a forward may advance in place besides its inputs: the module's buffers
+        (put back after each warm-up, see graphed._phases)."""
+        module = self.module
+        return list(module.buffers()) if isinstance(module, torch.nn.Module) else []
 
     def _context_for_forward(self) -> contextlib.AbstractContextManager:
         if self._capture_context is None:

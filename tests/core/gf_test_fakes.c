@@ -778,7 +778,7 @@ gf_host gf_fake_host_table(gf_fake_host *host) {
       .agree = gf_fake_agree,
       .release = gf_fake_release,
       .warn = gf_fake_warn,
-      .notify = gf_fake_notify,
+      .notify = host->observe ? gf_fake_notify : NULL,
       .destroy = gf_fake_destroy,
   };
 }

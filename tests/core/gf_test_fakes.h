@@ -142,6 +142,7 @@ typedef struct gf_fake_host {
   int output_count;         /* outputs per forward (default 1) */
   int mutate_input;         /* -1 (default), or the input every forward adds 1 to in place */
   uint64_t phase_calls[4];  /* forwards run per gf_forward_phase */
+  int observe;              /* the host table has a notify hook (default 0) */
   uint64_t events[4];       /* notify calls per gf_event_kind */
   gf_event last_event[4];   /* the last event of each kind (message copied below) */
   char last_message[4][GF_ERROR_MESSAGE_CAPACITY];

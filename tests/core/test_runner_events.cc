@@ -13,7 +13,22 @@ namespace {
 
 using namespace runner_test;
 
-using RunnerEvents = Runner;
+class RunnerEvents : public Runner {
+protected:
+  void SetUp() override {
+    Runner::SetUp();
+    host_.observe = 1;
+  }
+};
+
+TEST_F(RunnerEvents, AHostThatObservesGetsNoSeparateWarningForADisable) {
+  gf_fake_backend_fail(&backend_, GF_FAKE_HOOK_CAPTURE_END, 0, "instantiate failed");
+  Create();
+  Inputs inputs = MakeInputs(1, {3}, 1.0f);
+  CallExpectingCorrect(inputs);
+  EXPECT_EQ(host_.events[GF_EVENT_DISABLED], 1u);
+  EXPECT_EQ(host_.warn_count, 0u) << "the disabled event says it once";
+}
 
 TEST_F(RunnerEvents, ACaptureIsToldWithItsCostAndShapes) {
   Create();
