@@ -126,16 +126,20 @@ extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, const gf_call_in_
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
     // Live inputs reach the core dense; the contiguous copies live until the call returns.
     std::vector<at::Tensor> dense;
+    std::vector<graphed::DenseInput> densified;
     dense.reserve(input_count); // never reallocates below: handles point into it
     for (size_t i = 0; i < input_count; ++i) {
-      // The walk described every tensor already; only a non-contiguous one (torch keeps
-      // contiguity as a flag) is described again, as its contiguous copy.
+      // The walk described every tensor already; only one the core cannot read as it is (a
+      // strided or lazily conjugated view; torch keeps both as flags) is described again, as its
+      // dense copy, which a forward's in-place write is copied back from.
       const at::Tensor &tensor = graphed::tensor_of_handle(inputs[i].handle);
-      if (!tensor.is_contiguous()) {
+      if (graphed::needs_dense_copy(tensor)) {
+        densified.push_back({i, &tensor});
         inputs[i] = graphed::describe_dense(tensor, dense);
       }
     }
-    gf_call_options options{pin, static_outputs, nullptr};
+    std::vector<unsigned char> mutated(densified.empty() ? 0 : input_count);
+    gf_call_options options{pin, static_outputs, mutated.empty() ? nullptr : mutated.data()};
     gf_pool results{};
     gf_status status;
     {
@@ -143,6 +147,9 @@ extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, const gf_call_in_
       CallInFlight in_flight(call);
       status = gf_runner_call(slot->runner, key, key_length, inputs, input_count, keep_alive,
                               keep_alive_count, &options, &results, err);
+    }
+    if (status == GF_OK && !mutated.empty()) {
+      graphed::write_back_dense(densified, inputs, mutated.data());
     }
     PyObject *list = status == GF_OK ? PyList_New(static_cast<Py_ssize_t>(results.count)) : nullptr;
     for (size_t i = 0; i < results.count; ++i) {

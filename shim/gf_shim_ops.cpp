@@ -120,7 +120,13 @@ std::vector<at::Tensor> forward_op(int64_t runner_id, c10::string_view key, at::
   std::vector<gf_tensor> held = describe_borrowed(keep_alive, dense_keep_alive);
   // Inputs the forward writes in place reach the caller's tensors through the core, except where
   // the core saw a dense copy: those are copied back here.
-  std::vector<unsigned char> mutated(dense_inputs.empty() ? 0 : inputs.size());
+  std::vector<DenseInput> densified;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (described[i].handle != &inputs[i]) {
+      densified.push_back({i, &inputs[i]});
+    }
+  }
+  std::vector<unsigned char> mutated(densified.empty() ? 0 : inputs.size());
   gf_call_options options{pin ? 1 : 0, static_outputs ? 1 : 0,
                           mutated.empty() ? nullptr : mutated.data()};
   gf_pool results{};
@@ -132,7 +138,7 @@ std::vector<at::Tensor> forward_op(int64_t runner_id, c10::string_view key, at::
                             described.size(), held.data(), held.size(), &options, &results, &err);
   }
   if (status == GF_OK && !mutated.empty()) {
-    write_back_dense(inputs, described, mutated.data());
+    write_back_dense(densified, described.data(), mutated.data());
   }
   std::vector<at::Tensor> outputs;
   outputs.reserve(results.count);

@@ -52,12 +52,14 @@ gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense) {
   // Copies are normal tensors even under inference_mode, so that a forward's in-place write to
   // one is seen (by its version counter) and copied back to t.
   c10::InferenceMode normal_tensors(false);
-  if (t.is_conj() || t.is_neg()) {
+  if (!needs_dense_copy(t)) {
+    // described as it is
+  } else if (t.is_conj() || t.is_neg()) {
     // A lazily conjugated or negated view: the bytes are the unconjugated ones; the core copies
     // bytes, so it gets the resolved values.
     dense.push_back(t.resolve_conj().resolve_neg().contiguous());
     view = &dense.back();
-  } else if (!t.is_contiguous()) {
+  } else {
     dense.push_back(t.contiguous());
     view = &dense.back();
   }
@@ -66,12 +68,15 @@ gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense) {
   return described;
 }
 
-void write_back_dense(at::TensorList originals, const std::vector<gf_tensor> &described,
+bool needs_dense_copy(const at::Tensor &t) {
+  return !t.is_contiguous() || t.is_conj() || t.is_neg();
+}
+
+void write_back_dense(const std::vector<DenseInput> &densified, const gf_tensor *described,
                       const unsigned char *mutated) {
-  for (size_t i = 0; i < originals.size(); ++i) {
-    const at::Tensor &original = originals[i];
-    if (mutated[i] && described[i].handle != &original) {
-      original.copy_(tensor_of_handle(described[i].handle));
+  for (const DenseInput &input : densified) {
+    if (mutated[input.index]) {
+      input.original->copy_(tensor_of_handle(described[input.index].handle));
     }
   }
 }

@@ -25,10 +25,19 @@ const char *unsupported_tensor_reason(const at::Tensor &t);
 // never reallocates (handles point into it). t must pass unsupported_tensor_reason.
 gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense);
 
-// After a call that wrote inputs in place (mutated[i] set, from gf_call_options): copies each
-// such input's dense copy back into the original; inputs the core saw directly are already
-// written. described holds the descriptors describe_dense made for originals.
-void write_back_dense(at::TensorList originals, const std::vector<gf_tensor> &described,
+// True when the core cannot read t's bytes as they are: strided, or a lazy conj/neg view.
+bool needs_dense_copy(const at::Tensor &t);
+
+// An input the core saw as a dense copy: its index in the call and the caller's tensor.
+struct DenseInput {
+  size_t index;
+  const at::Tensor *original;
+};
+
+// After a call that wrote inputs in place (mutated[i] set, from gf_call_options): copies the
+// dense copy the core saw (described[index]) back into each such original. Inputs the core saw
+// directly were written by the core itself.
+void write_back_dense(const std::vector<DenseInput> &densified, const gf_tensor *described,
                       const unsigned char *mutated);
 
 // The tensor a handle owns.
