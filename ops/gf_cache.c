@@ -178,6 +178,7 @@ gf_entry *gf_entry_create(const gf_signature *sig, int pinned, gf_error *err) {
     return NULL;
   }
   entry->pinned = pinned ? 1 : 0;
+  entry->device_bytes = -1;
   return entry;
 }
 

@@ -30,6 +30,7 @@ typedef struct gf_entry {
   gf_pool keep_alive;     /* tensors outside the kwargs the forward reads */
   size_t *mutated_inputs; /* indices of the inputs the forward writes in place, ascending */
   size_t mutated_count;   /* replays write those back to the caller's tensors */
+  int64_t device_bytes;   /* device memory the capture took (-1: unknown) */
   struct gf_entry *lru_newer;
   struct gf_entry *lru_older;
   struct gf_entry *bucket_next;

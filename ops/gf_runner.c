@@ -32,6 +32,7 @@ struct gf_runner {
   uint64_t replays;
   uint64_t eager_calls;
   int64_t pool_bytes;
+  int64_t graph_bytes;
 };
 
 static void gf_runner_release_handle(void *context, void *handle) {
@@ -63,6 +64,10 @@ static void gf_runner_release_entry(void *context, gf_entry *entry) {
   if (entry->graph != NULL && runner->backend->release_graph != NULL) {
     runner->backend->release_graph(runner->backend->context, runner->backend_state, entry->graph);
     entry->graph = NULL;
+  }
+  if (entry->device_bytes > 0) {
+    runner->graph_bytes -= entry->device_bytes;
+    entry->device_bytes = 0;
   }
   runner->pool_bytes -= gf_pool_release(&entry->static_inputs, gf_runner_release_handle, runner);
   runner->pool_bytes -= gf_pool_release(&entry->static_outputs, gf_runner_release_handle, runner);
@@ -232,12 +237,16 @@ static int64_t gf_runner_device_bytes(const gf_runner *runner) {
 
 /* Says what a capture cost, and once, when captures keep evicting (more than a few times
  * max_entries): a key that changes on every call, or a cache too small for the shapes in use. */
-static void gf_runner_report_capture(gf_runner *runner, const gf_entry *entry, double started,
+static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double started,
                                      int64_t device_bytes_before) {
   gf_event captured = gf_entry_event(GF_EVENT_CAPTURED, entry);
   captured.seconds = gf_seconds_now() - started;
   const int64_t after = gf_runner_device_bytes(runner);
   captured.device_bytes = after >= 0 && device_bytes_before >= 0 ? after - device_bytes_before : -1;
+  entry->device_bytes = captured.device_bytes;
+  if (entry->device_bytes > 0) {
+    runner->graph_bytes += entry->device_bytes;
+  }
   gf_runner_notify(runner, &captured);
   if (!runner->churn_said && runner->cache.evictions > 0 &&
       runner->captures > GF_CHURN_FACTOR * runner->cache.max_entries) {
@@ -267,6 +276,7 @@ void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
   stats->evictions = runner->cache.evictions;
   stats->eager_calls = runner->eager_calls;
   stats->pool_bytes = runner->pool_bytes;
+  stats->graph_bytes = runner->graph_bytes;
   stats->enabled = runner->enabled;
 }
 
@@ -732,6 +742,22 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
     return gf_runner_run_eager(runner, inputs, input_count, options, results, err);
   }
   return status;
+}
+
+void gf_runner_visit_entries(const gf_runner *runner, gf_entry_visit_fn visit, void *context) {
+  for (const gf_entry *entry = runner->cache.newest; entry != NULL; entry = entry->lru_older) {
+    gf_entry_info info = {0};
+    info.key = gf_signature_key(&entry->signature, &info.key_length);
+    info.inputs = entry->static_inputs.tensors;
+    info.input_count = entry->static_inputs.count;
+    info.replays = entry->replays;
+    info.static_bytes = entry->static_inputs.bytes + entry->static_outputs.bytes;
+    info.device_bytes = entry->device_bytes;
+    info.pinned = entry->pinned;
+    info.folded = entry->folded;
+    info.mutated_count = entry->mutated_count;
+    visit(context, &info);
+  }
 }
 
 int64_t gf_runner_entry_replays(gf_runner *runner, const void *key, size_t key_length,

@@ -36,6 +36,7 @@ typedef struct gf_runner_stats {
   uint64_t eager_calls;
   int64_t pool_bytes; /* bytes held by static inputs and outputs of resident entries */
   int enabled;
+  int64_t graph_bytes; /* device memory the resident entries' captures took (where known) */
 } gf_runner_stats;
 
 typedef struct gf_runner gf_runner;
@@ -83,6 +84,25 @@ const char *gf_runner_disabled_reason(const gf_runner *runner);
 
 /* The name of the runner's backend. */
 const char *gf_runner_backend_name(const gf_runner *runner);
+
+/* What a resident entry is, for listings. */
+typedef struct gf_entry_info {
+  const unsigned char *key; /* the caller's key bytes */
+  size_t key_length;
+  const gf_tensor *inputs; /* its static inputs: dtypes and shapes */
+  size_t input_count;
+  uint64_t replays;
+  int64_t static_bytes; /* its static inputs and outputs */
+  int64_t device_bytes; /* what its capture took on the device, -1 when unknown */
+  int pinned;
+  int folded;           /* a replay is one launch */
+  size_t mutated_count; /* inputs it writes back */
+} gf_entry_info;
+
+typedef void (*gf_entry_visit_fn)(void *context, const gf_entry_info *info);
+
+/* Calls visit for each resident entry, most recently used first. */
+void gf_runner_visit_entries(const gf_runner *runner, gf_entry_visit_fn visit, void *context);
 
 /* Replays counted by the entry that this key and these inputs would hit; -1 when absent. */
 int64_t gf_runner_entry_replays(gf_runner *runner, const void *key, size_t key_length,

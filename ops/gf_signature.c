@@ -102,3 +102,14 @@ void gf_signature_free(gf_signature *sig) {
   sig->capacity = 0;
   sig->hash = 0;
 }
+
+const unsigned char *gf_signature_key(const gf_signature *sig, size_t *key_length) {
+  uint64_t length = 0;
+  if (sig->bytes == NULL || sig->length < sizeof length) {
+    *key_length = 0;
+    return NULL;
+  }
+  memcpy(&length, sig->bytes, sizeof length);
+  *key_length = length <= sig->length - sizeof length ? (size_t)length : 0;
+  return sig->bytes + sizeof length;
+}

@@ -36,6 +36,9 @@ gf_status gf_signature_build(gf_signature *sig, const void *key, size_t key_leng
 /* Deep copy of src into dst (dst must be empty or already owned). */
 gf_status gf_signature_copy(gf_signature *dst, const gf_signature *src, gf_error *err);
 
+/* The caller's key inside a signature's bytes (they start with its u64 length). */
+const unsigned char *gf_signature_key(const gf_signature *sig, size_t *key_length);
+
 /* 1 when a and b are the same signature (same hash and same canonical bytes). */
 int gf_signature_equal(const gf_signature *a, const gf_signature *b);
 

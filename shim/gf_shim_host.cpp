@@ -143,33 +143,6 @@ int host_agree(void *context, int ok) {
 
 void host_release(void *, void *handle) { release_handle(handle); }
 
-// "bf16[8, 64], f32[3]": the dtypes and shapes of an entry's inputs, for a log line. Numbers
-// are formatted with snprintf (see gf_torch_errors.h).
-std::string shapes_of(const gf_tensor *tensors, size_t count) {
-  std::string text;
-  for (size_t i = 0; i < count; ++i) {
-    const auto dtype = static_cast<c10::ScalarType>(tensors[i].dtype);
-    const char *name = dtype == c10::kFloat      ? "f32"
-                       : dtype == c10::kHalf     ? "f16"
-                       : dtype == c10::kBFloat16 ? "bf16"
-                       : dtype == c10::kLong     ? "i64"
-                       : dtype == c10::kInt      ? "i32"
-                       : dtype == c10::kBool     ? "bool"
-                                                 : c10::toString(dtype);
-    text += i ? ", " : "";
-    text += name;
-    text += "[";
-    for (int32_t d = 0; d < tensors[i].ndim && d < GF_MAX_DIMS; ++d) {
-      char size[32];
-      std::snprintf(size, sizeof size, "%s%lld", d ? ", " : "",
-                    static_cast<long long>(tensors[i].sizes[d]));
-      text += size;
-    }
-    text += "]";
-  }
-  return text;
-}
-
 void tell_observer(const HostContext &host, const char *kind, const gf_event &event) {
   std::vector<c10::IValue> stack{std::string(kind),
                                  std::string(event.message != nullptr ? event.message : ""),
@@ -177,7 +150,7 @@ void tell_observer(const HostContext &host, const char *kind, const gf_event &ev
                                  event.device_bytes,
                                  event.static_bytes,
                                  static_cast<int64_t>(event.count),
-                                 shapes_of(event.inputs, event.input_count)};
+                                 describe_shapes(event.inputs, event.input_count)};
   host.observer_op->callBoxed(stack);
 }
 

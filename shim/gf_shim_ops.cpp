@@ -6,9 +6,11 @@
 //   forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive, bool pin=False,
 //           bool static_outputs=False) -> Tensor[]
 //   stats(int runner) -> (int[], str, str)      counters, backend name, disabled reason
+//   entries(int runner) -> (str[] key_hex, str[] shapes, int[] replays, int[] static_bytes,
+//                           int[] device_bytes, int[] pinned, int[] folded, int[] written_back)
 //   disable(int runner, str reason) -> ()
 //   reset(int runner) -> ()
-//   destroy(int runner) -> ()
+//   destroy(int runner) -> ()                   ValueError for an id that is not live
 //   backend() -> str[]                          the backend chosen at load and why
 //   entry_replays(int runner, str key, Tensor[] inputs) -> int
 //   forward_phase() -> int                      why the host runs the forward on this thread:
@@ -164,7 +166,8 @@ std::tuple<std::vector<int64_t>, std::string, std::string> stats_op(int64_t runn
                                 static_cast<int64_t>(stats.evictions),
                                 static_cast<int64_t>(stats.eager_calls),
                                 stats.pool_bytes,
-                                stats.enabled};
+                                stats.enabled,
+                                stats.graph_bytes};
   return {counters, gf_runner_backend_name(slot->runner), gf_runner_disabled_reason(slot->runner)};
 }
 
@@ -180,7 +183,46 @@ void reset_op(int64_t runner_id) {
   gf_runner_reset(slot->runner);
 }
 
-void destroy_op(int64_t runner_id) { unregister_runner(runner_id); }
+void destroy_op(int64_t runner_id) {
+  if (!unregister_runner(runner_id)) {
+    TORCH_CHECK_VALUE(false, format_message("graphed: no runner with id %lld to destroy (it was "
+                                            "destroyed already, or never created)",
+                                            static_cast<long long>(runner_id)));
+  }
+}
+
+// One row per resident entry, most recently used first: its key (hex), input shapes, replays,
+// static bytes, device bytes its capture took (-1: unknown), pinned, folded, written-back inputs.
+using EntryRows = std::tuple<std::vector<std::string>, std::vector<std::string>,
+                             std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+                             std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
+
+void add_entry_row(void *context, const gf_entry_info *info) {
+  auto &rows = *static_cast<EntryRows *>(context);
+  static const char digits[] = "0123456789abcdef";
+  std::string key;
+  key.reserve(2 * info->key_length);
+  for (size_t i = 0; i < info->key_length; ++i) {
+    key += digits[info->key[i] >> 4];
+    key += digits[info->key[i] & 15];
+  }
+  std::get<0>(rows).push_back(std::move(key));
+  std::get<1>(rows).push_back(describe_shapes(info->inputs, info->input_count));
+  std::get<2>(rows).push_back(static_cast<int64_t>(info->replays));
+  std::get<3>(rows).push_back(info->static_bytes);
+  std::get<4>(rows).push_back(info->device_bytes);
+  std::get<5>(rows).push_back(info->pinned);
+  std::get<6>(rows).push_back(info->folded);
+  std::get<7>(rows).push_back(static_cast<int64_t>(info->mutated_count));
+}
+
+EntryRows entries_op(int64_t runner_id) {
+  std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
+  std::lock_guard<std::recursive_mutex> guard(slot->mutex);
+  EntryRows rows;
+  gf_runner_visit_entries(slot->runner, add_entry_row, &rows);
+  return rows;
+}
 
 std::vector<std::string> backend_op() {
   return {gf_backend_current()->name, gf_backend_choice_reason()};
@@ -231,4 +273,6 @@ TORCH_LIBRARY(graphed, m) {
   m.def("entry_replays(int runner, str key, Tensor[] inputs) -> int", &graphed::entry_replays_op);
   m.def("use_backend(str name) -> ()", &graphed::use_backend_op);
   m.def("forward_phase() -> int", &graphed::forward_phase_op);
+  m.def("entries(int runner) -> (str[], str[], int[], int[], int[], int[], int[], int[])",
+        &graphed::entries_op);
 }

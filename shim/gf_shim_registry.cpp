@@ -49,20 +49,21 @@ std::shared_ptr<RunnerSlot> find_runner(int64_t id) {
   return found->second;
 }
 
-void unregister_runner(int64_t id) {
+bool unregister_runner(int64_t id) {
   std::shared_ptr<RunnerSlot> slot;
   {
     Registry &table = registry();
     std::lock_guard<std::mutex> guard(table.mutex);
     auto found = table.slots.find(id);
     if (found == table.slots.end()) {
-      return;
+      return false;
     }
     slot = std::move(found->second);
     table.slots.erase(found);
   }
   std::lock_guard<std::recursive_mutex> guard(slot->mutex);
   // The runner is destroyed when the last holder lets go of the slot.
+  return true;
 }
 
 } // namespace graphed

@@ -26,7 +26,8 @@ int64_t register_runner(gf_runner *runner, const std::string &name);
 // The slot of a live runner, or a ValueError naming the id.
 std::shared_ptr<RunnerSlot> find_runner(int64_t id);
 
-// Destroys a runner (its graphs and pools); later use of the id is a ValueError.
-void unregister_runner(int64_t id);
+// Destroys a runner (its graphs and pools); later use of the id is a ValueError. False when no
+// runner has that id.
+bool unregister_runner(int64_t id);
 
 } // namespace graphed

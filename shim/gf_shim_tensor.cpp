@@ -4,7 +4,9 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 namespace graphed {
 
@@ -79,6 +81,31 @@ void write_back_dense(const std::vector<DenseInput> &densified, const gf_tensor 
       input.original->copy_(tensor_of_handle(described[input.index].handle));
     }
   }
+}
+
+std::string describe_shapes(const gf_tensor *tensors, size_t count) {
+  std::string text;
+  for (size_t i = 0; i < count; ++i) {
+    const auto dtype = static_cast<c10::ScalarType>(tensors[i].dtype);
+    const char *name = dtype == c10::kFloat      ? "f32"
+                       : dtype == c10::kHalf     ? "f16"
+                       : dtype == c10::kBFloat16 ? "bf16"
+                       : dtype == c10::kLong     ? "i64"
+                       : dtype == c10::kInt      ? "i32"
+                       : dtype == c10::kBool     ? "bool"
+                                                 : c10::toString(dtype);
+    text += i ? ", " : "";
+    text += name;
+    text += "[";
+    for (int32_t d = 0; d < tensors[i].ndim && d < GF_MAX_DIMS; ++d) {
+      char size[32];
+      std::snprintf(size, sizeof size, "%s%lld", d ? ", " : "",
+                    static_cast<long long>(tensors[i].sizes[d]));
+      text += size;
+    }
+    text += "]";
+  }
+  return text;
 }
 
 const at::Tensor &tensor_of_handle(void *handle) { return *static_cast<at::Tensor *>(handle); }

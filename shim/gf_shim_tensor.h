@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
 #include <vector>
 
 extern "C" {
@@ -39,6 +40,10 @@ struct DenseInput {
 // directly were written by the core itself.
 void write_back_dense(const std::vector<DenseInput> &densified, const gf_tensor *described,
                       const unsigned char *mutated);
+
+// "bf16[8, 64], f32[3]": the dtypes and shapes of descriptors, for log lines and listings.
+// Numbers are formatted with snprintf (see gf_torch_errors.h).
+std::string describe_shapes(const gf_tensor *tensors, size_t count);
 
 // The tensor a handle owns.
 const at::Tensor &tensor_of_handle(void *handle);

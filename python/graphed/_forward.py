@@ -37,6 +37,37 @@ _STAT_NAMES = (
     "eager_calls",
     "pool_bytes",
 )
+_ENTRY_FIELDS = (
+    "key",
+    "shapes",
+    "replays",
+    "static_bytes",
+    "device_bytes",
+    "pinned",
+    "folded",
+    "written_back",
+)
+
+
+def runner_stats(runner_id: int) -> dict[str, Any]:
+    """stats() of any runner id (GraphedForward and graphed.Runner share it)."""
+    counters, backend, reason = torch.ops.graphed.stats(runner_id)
+    stats: dict[str, Any] = dict(zip(_STAT_NAMES, counters[: len(_STAT_NAMES)], strict=True))
+    stats["enabled"] = bool(counters[len(_STAT_NAMES)])
+    stats["graph_bytes"] = counters[len(_STAT_NAMES) + 1] if len(counters) > 8 else 0
+    stats["backend"] = backend
+    stats["disabled_reason"] = reason or None
+    return stats
+
+
+def runner_entries(runner_id: int) -> list[dict[str, Any]]:
+    """entries() of any runner id."""
+    columns = torch.ops.graphed.entries(runner_id)
+    rows = [dict(zip(_ENTRY_FIELDS, row, strict=True)) for row in zip(*columns, strict=True)]
+    for row in rows:
+        row["pinned"] = bool(row["pinned"])
+        row["folded"] = bool(row["folded"])
+    return rows
 
 
 def _define_op(schema_tail: str, implementation: Callable) -> str:
@@ -257,20 +288,45 @@ class GraphedForward:
     # -- introspection and control -------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        counters, backend, reason = torch.ops.graphed.stats(self._id)
-        stats: dict[str, Any] = dict(zip(_STAT_NAMES, counters[: len(_STAT_NAMES)], strict=True))
-        stats["enabled"] = bool(counters[len(_STAT_NAMES)])
-        stats["backend"] = backend
-        stats["disabled_reason"] = reason or None
-        return stats
+        """Counters of this runner: resident `graphs` (and `pinned` ones), `captures`,
+        `replays`, `evictions`, `eager_calls`, `pool_bytes` (static inputs and outputs),
+        `graph_bytes` (device memory the resident captures took, where the backend can say),
+        `enabled`, `backend` and `disabled_reason` (a sentence, or None)."""
+        return runner_stats(self._id)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """The cached graphs, most recently used first: `key` (hex of the call's key bytes),
+        `shapes` (the inputs' dtypes and shapes), `replays`, `static_bytes`, `device_bytes`
+        (what the capture took; -1 when unknown), `pinned`, `folded` (a replay is one launch)
+        and `written_back` (inputs the forward writes in place)."""
+        return runner_entries(self._id)
 
     @property
     def num_graphs(self) -> int:
+        """How many graphs are cached now."""
         return self.stats()["graphs"]
 
     @property
     def disabled_reason(self) -> str:
+        """Why calls run eager ("" while graphs are in use)."""
         return self.stats()["disabled_reason"] or ""
+
+    def __repr__(self) -> str:
+        stats = self.stats()
+        state = "enabled" if stats["enabled"] else f"disabled: {stats['disabled_reason']}"
+        module = type(self.module).__name__
+        return (
+            f"GraphedForward({module}, name={self.name!r}, device={self.device}, "
+            f"backend={stats['backend']}, graphs={stats['graphs']}, captures={stats['captures']}, "
+            f"replays={stats['replays']}, {state})"
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names this object lacks: the wrapped module answers, as it would
+        # without graphed (gf.config, gf.dtype, gf.weight).
+        if name.startswith("__") or name in ("module", "_id"):
+            raise AttributeError(name)
+        return getattr(self.__dict__["module"], name)
 
     def disable(self, reason: str) -> None:
         """Disables graph replay for the rest of the process; calls run eager."""
