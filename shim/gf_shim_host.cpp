@@ -17,6 +17,9 @@ namespace {
 
 HostContext *host_context(void *context) { return static_cast<HostContext *>(context); }
 
+// Set by mark_forward_error while the forward unwinds; read and cleared by host_run_forward.
+thread_local bool forward_error_marked = false;
+
 gf_status host_clone_static(void *, const gf_tensor *live, gf_tensor *out, gf_error *err) {
   try {
     // live is a borrowed view whose handle the shim set to the caller's tensor.
@@ -55,6 +58,7 @@ gf_status host_retain(void *, const gf_tensor *tensor, gf_tensor *out, gf_error 
 gf_status host_run_forward(void *context, const gf_tensor *inputs, size_t count, gf_pool *outputs,
                            gf_error *err) {
   HostContext *host = host_context(context);
+  forward_error_marked = false;
   try {
     // graphed replays inference forwards: nothing it captures records autograd history.
     at::NoGradGuard no_grad;
@@ -76,6 +80,12 @@ gf_status host_run_forward(void *context, const gf_tensor *inputs, size_t count,
     }
     return GF_OK;
   } catch (...) {
+    const bool own_error = forward_error_marked && !host->agree_op.has_value();
+    forward_error_marked = false;
+    if (own_error) {
+      return gf_error_set(err, GF_ERR_FORWARD, "graphed: the forward of '%s' raised",
+                          host->name.c_str());
+    }
     std::string what = "graphed: the forward of '" + host->name + "' failed";
     return status_of_current_exception(err, what.c_str());
   }
@@ -103,6 +113,8 @@ void host_warn(void *, const char *message) { TORCH_WARN(message); }
 void host_destroy(void *context) { delete host_context(context); }
 
 } // namespace
+
+void mark_forward_error() { forward_error_marked = true; }
 
 c10::OperatorHandle find_operator(const std::string &qualified_name, const char *role) {
   auto separator = qualified_name.find("::");
