@@ -19,6 +19,10 @@ gf_tensor describe_tensor(const at::Tensor &t, bool owned);
 // tensor; ..."), for an error that names the kwarg or input. Never throws for any tensor kind.
 const char *unsupported_tensor_reason(const at::Tensor &t);
 
+// True when the core can copy t's bytes as they are: contiguous, and neither lazily conjugated
+// nor negated. Never throws for a tensor that passes unsupported_tensor_reason.
+bool is_dense_as_is(const at::Tensor &t);
+
 // A borrowed descriptor of t for a call into the core, which copies raw bytes: t itself when it
 // is contiguous and neither lazily conjugated nor negated, else a resolved contiguous copy
 // appended to dense, which keeps it alive for the call. The caller reserves dense so that it
