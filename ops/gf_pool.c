@@ -4,6 +4,13 @@
 #include <stdlib.h>
 
 gf_status gf_pool_add(gf_pool *pool, const gf_tensor *tensor, gf_error *err) {
+  /* Sizes no real tensor has (found by tests/fuzz): the byte sum must stay an int64. */
+  const int64_t bytes = gf_tensor_nbytes(tensor);
+  int64_t total = 0;
+  if (bytes < 0 || __builtin_add_overflow(pool->bytes, bytes, &total)) {
+    return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
+                        "graphed: a tensor's byte size does not fit in int64");
+  }
   if (pool->count == pool->capacity) {
     size_t capacity = pool->capacity ? 2 * pool->capacity : 8;
     gf_tensor *grown = realloc(pool->tensors, capacity * sizeof *grown);
@@ -14,7 +21,7 @@ gf_status gf_pool_add(gf_pool *pool, const gf_tensor *tensor, gf_error *err) {
     pool->capacity = capacity;
   }
   pool->tensors[pool->count++] = *tensor;
-  pool->bytes += gf_tensor_nbytes(tensor);
+  pool->bytes = total;
   return GF_OK;
 }
 

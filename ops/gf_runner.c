@@ -78,6 +78,8 @@ static void gf_runner_set_disabled(gf_runner *runner, const char *reason) {
   if (runner->enabled || runner->disabled_reason[0] == '\0') {
     snprintf(runner->disabled_reason, sizeof runner->disabled_reason, "%.500s",
              reason && reason[0] ? reason : "disabled");
+    /* One line: a forward's message may carry a traceback after its first line. */
+    runner->disabled_reason[strcspn(runner->disabled_reason, "\n")] = '\0';
   }
   runner->enabled = 0;
 }
@@ -665,6 +667,11 @@ static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor
     gf_runner_release_entry(runner, entry);
     gf_entry_destroy(entry);
   }
+  if (status == GF_ERR_FORWARD) {
+    /* The forward raised an error of its own: the caller gets it once, as from an eager call;
+     * the runner stays enabled and the forward does not run again. */
+    return gf_error_set(err, status, "%s", capture_err.message);
+  }
   if (status != GF_OK || !agreed) {
     char reason[GF_REASON_CAPACITY];
     snprintf(reason, sizeof reason, "capture failed: %.480s",
@@ -729,7 +736,7 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   } else {
     status = gf_runner_replay(runner, entry, inputs, input_count, options, results, err);
   }
-  if (status != GF_OK && runner->enabled) {
+  if (status != GF_OK && status != GF_ERR_FORWARD && runner->enabled) {
     /* Only the replay side (and an entry that could not be made) gets here: a failed capture
      * disabled the runner already. */
     char reason[GF_REASON_CAPACITY];

@@ -40,6 +40,8 @@ const char *gf_status_name(gf_status code) {
     return "disabled";
   case GF_ERR_NOT_FOUND:
     return "not found";
+  case GF_ERR_FORWARD:
+    return "the forward raised";
   }
   return "unknown status";
 }

@@ -1,15 +1,27 @@
 /* Small facts about a gf_tensor that the signature, the pools and the replay path all need. */
 #include "gf_tensor.h"
 
+/* Products saturate at INT64_MAX (INT64_MIN for a negative one) instead of overflowing, which is
+ * undefined in C: sizes no real tensor has (the fuzz target feeds them) must not be UB. */
+static int64_t gf_saturating_mul(int64_t a, int64_t b) {
+  int64_t product;
+  if (__builtin_mul_overflow(a, b, &product)) {
+    return (a < 0) != (b < 0) ? INT64_MIN : INT64_MAX;
+  }
+  return product;
+}
+
 int64_t gf_tensor_numel(const gf_tensor *t) {
   int64_t count = 1;
   for (int32_t d = 0; d < t->ndim; ++d) {
-    count *= t->sizes[d];
+    count = gf_saturating_mul(count, t->sizes[d]);
   }
   return count;
 }
 
-int64_t gf_tensor_nbytes(const gf_tensor *t) { return gf_tensor_numel(t) * t->itemsize; }
+int64_t gf_tensor_nbytes(const gf_tensor *t) {
+  return gf_saturating_mul(gf_tensor_numel(t), t->itemsize);
+}
 
 /* As torch decides it: a tensor with no element is contiguous whatever its strides; otherwise
  * each dimension of size other than 1 has the row-major stride. A product that would overflow

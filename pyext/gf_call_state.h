@@ -12,10 +12,13 @@
 extern "C" {
 #endif
 
-/* tree: the kwargs dict of a fast-path call (the walker's tree), the TreeSpec of a Python-path
- *   call, or None outside a call.
+/* tree: the kwargs dict of a fast-path call (the walker's tree; never read again: the forward's
+ *   kwargs are decoded from `key`), the TreeSpec of a Python-path call, or None outside a call.
  * key: bytes, the key of the call in flight (b"" outside a call).
- * templates: dict, key bytes -> output template (see gf_fastcall.c).
+ * shapes: bytes, the dtype, device and shape of each input of the call in flight (b"" outside).
+ * held: the non-tensor keep_alive objects of the call in flight (a tuple).
+ * error: the exception the forward raised during the call in flight, or None.
+ * templates: dict, key bytes -> {shapes bytes -> (output template, held)} (see gf_fastcall.c).
  * rebuild: callable(template, outputs) for templates that are not plain. */
 typedef struct gf_call_state {
   // clang-format off
@@ -23,6 +26,9 @@ typedef struct gf_call_state {
   PyObject *tree;
   // clang-format on
   PyObject *key;
+  PyObject *shapes;
+  PyObject *held;
+  PyObject *error;
   PyObject *templates;
   PyObject *rebuild;
 } gf_call_state;

@@ -19,10 +19,24 @@
  * entries set while they hold the runner's lock (pyext/gf_fastcall_torch.cpp):
  *   tree       the kwargs dict (`call`) or TreeSpec (`call_flat`) of the call in flight, or None
  *   key        the key of that call, as bytes
- *   templates  dict: key bytes -> output template, recorded by the forward operator: a 1-tuple
- *              (the result with PLACEHOLDER in each tensor slot) for a plain result, which this
- *              module rebuilds, or anything else, rebuilt by calling
- *   rebuild    (given to the constructor) rebuild(template, outputs). */
+ *   shapes     the dtype, device and shape of each of its inputs, as bytes (gf_walk_shapes)
+ *   held       its non-tensor keep_alive objects (a tuple)
+ *   error      the exception its forward raised, recorded by the forward operator, or None
+ *   templates  dict: key bytes -> {shapes bytes -> (output template, held)}, recorded by the
+ *              forward operator: a 1-tuple template (the result with PLACEHOLDER in each tensor
+ *              slot) for a plain result, which this module rebuilds, or anything else, rebuilt
+ *              by calling
+ *   rebuild    (given to the constructor) rebuild(template, outputs).
+ * Templates are keyed by the whole signature (key and shapes), as the core keys its graphs, so an
+ * output whose structure depends on a shape (x.unbind(0)) gets one template per shape; they go
+ * with the graphs: reset clears both under the runner's lock, and `prune` drops the templates of
+ * entries the cache no longer holds.
+ *
+ * The fast path holds a strong reference to each input tensor object for the whole call (the
+ * walk's `objects`), and a forward the core runs gets kwargs decoded from the key bytes, never
+ * read again from the caller's containers: a forward (or another thread) that replaces a tensor
+ * in a dict the caller passed cannot free the memory the replay copies from, nor change what the
+ * warm-ups and the capture see. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -59,9 +73,13 @@ static PyObject *gf_call_state_new(PyTypeObject *type, PyObject *args, PyObject 
   }
   state->tree = Py_NewRef(Py_None);
   state->key = PyBytes_FromStringAndSize(NULL, 0);
+  state->shapes = PyBytes_FromStringAndSize(NULL, 0);
+  state->held = PyTuple_New(0);
+  state->error = Py_NewRef(Py_None);
   state->templates = PyDict_New();
   state->rebuild = Py_NewRef(rebuild);
-  if (state->key == NULL || state->templates == NULL) {
+  if (state->key == NULL || state->shapes == NULL || state->held == NULL ||
+      state->templates == NULL) {
     Py_DECREF(state);
     return NULL;
   }
@@ -71,6 +89,9 @@ static PyObject *gf_call_state_new(PyTypeObject *type, PyObject *args, PyObject 
 static int gf_call_state_traverse(gf_call_state *state, visitproc visit, void *arg) {
   Py_VISIT(state->tree);
   Py_VISIT(state->key);
+  Py_VISIT(state->shapes);
+  Py_VISIT(state->held);
+  Py_VISIT(state->error);
   Py_VISIT(state->templates);
   Py_VISIT(state->rebuild);
   return 0;
@@ -79,6 +100,9 @@ static int gf_call_state_traverse(gf_call_state *state, visitproc visit, void *a
 static int gf_call_state_clear(gf_call_state *state) {
   Py_CLEAR(state->tree);
   Py_CLEAR(state->key);
+  Py_CLEAR(state->shapes);
+  Py_CLEAR(state->held);
+  Py_CLEAR(state->error);
   Py_CLEAR(state->templates);
   Py_CLEAR(state->rebuild);
   return 0;
@@ -95,9 +119,30 @@ static PyMemberDef gf_call_state_members[] = {
      "the kwargs dict or TreeSpec of the call in flight, or None"},
     {"key", T_OBJECT, offsetof(gf_call_state, key), READONLY,
      "the key of the call in flight, as bytes"},
+    {"shapes", T_OBJECT, offsetof(gf_call_state, shapes), READONLY,
+     "the dtype, device and shape of each input of the call in flight, as bytes"},
+    {"held", T_OBJECT, offsetof(gf_call_state, held), READONLY,
+     "the non-tensor keep_alive objects of the call in flight"},
+    {"error", T_OBJECT, offsetof(gf_call_state, error), READONLY,
+     "the exception the forward raised during the call in flight, or None"},
     {"templates", T_OBJECT, offsetof(gf_call_state, templates), READONLY,
-     "dict: key bytes -> output template"},
+     "dict: key bytes -> {shapes bytes -> (output template, held)}"},
     {NULL, 0, 0, 0, NULL},
+};
+
+/* record_error(exception): the forward's exception, handed to the caller of the call in flight
+ * (outside a call it is ignored). */
+static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *error) {
+  if (state->tree != Py_None && state->error != NULL) {
+    Py_SETREF(state->error, Py_NewRef(error));
+  }
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef gf_call_state_methods[] = {
+    {"record_error", (PyCFunction)gf_call_state_record_error, METH_O,
+     "record_error(exception): the forward's exception, re-raised to the caller of the call"},
+    {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject gf_call_state_type = {
@@ -110,19 +155,27 @@ static PyTypeObject gf_call_state_type = {
     .tp_traverse = (traverseproc)gf_call_state_traverse,
     .tp_clear = (inquiry)gf_call_state_clear,
     .tp_members = gf_call_state_members,
+    .tp_methods = gf_call_state_methods,
 };
 
 /* -- outputs ----------------------------------------------------------------------------- */
 
 /* The output of a call from its recorded template. */
-static PyObject *gf_outputs_of_call(gf_call_state *state, PyObject *key, PyObject *outputs) {
-  PyObject *template = PyDict_GetItemWithError(state->templates, key);
-  if (template == NULL) {
+static PyObject *gf_outputs_of_call(gf_call_state *state, PyObject *key, PyObject *shapes,
+                                    PyObject *outputs) {
+  PyObject *by_shapes = PyDict_GetItemWithError(state->templates, key);
+  PyObject *entry = by_shapes != NULL && PyDict_CheckExact(by_shapes)
+                        ? PyDict_GetItemWithError(by_shapes, shapes)
+                        : NULL;
+  if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
     if (!PyErr_Occurred()) {
-      PyErr_SetString(PyExc_RuntimeError, "graphed: no output template for this call");
+      PyErr_SetString(PyExc_RuntimeError,
+                      "graphed: no output template for this call (a graph outlived its template; "
+                      "please report this; reset() recovers)");
     }
     return NULL;
   }
+  PyObject *template = PyTuple_GET_ITEM(entry, 0);
   if (PyTuple_CheckExact(template) && PyTuple_GET_SIZE(template) == 1) {
     return gf_walk_rebuild(PyTuple_GET_ITEM(template, 0), gf_placeholder, outputs);
   }
@@ -132,9 +185,9 @@ static PyObject *gf_outputs_of_call(gf_call_state *state, PyObject *key, PyObjec
 /* -- call: the fast path ----------------------------------------------------------------- */
 
 /* Describes the keep-alive tensors (rare: a small heap array) and enters the runner. */
-static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id,
-                                     const gf_call_in_flight *call, PyObject *keep_alive, int pin,
-                                     int static_outputs, PyObject **outputs, gf_error *err) {
+static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, gf_call_in_flight *call,
+                                     PyObject *keep_alive, int pin, int static_outputs,
+                                     PyObject **outputs, gf_error *err) {
   Py_ssize_t held_count = PyList_GET_SIZE(keep_alive);
   gf_tensor *held = NULL;
   if (held_count > 0) {
@@ -145,11 +198,19 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id,
   }
   for (Py_ssize_t i = 0; i < held_count; ++i) {
     PyObject *item = PyList_GET_ITEM(keep_alive, i);
-    if (!gf_fastcall_torch_is_plain_tensor(item) ||
-        gf_fastcall_torch_describe(item, &held[i]) != 0) {
+    const char *why = "is not a tensor";
+    int described = gf_fastcall_torch_is_tensor(item)
+                        ? gf_fastcall_torch_describe(item, &held[i], &why)
+                        : GF_DESCRIBE_UNSUPPORTED;
+    if (described != GF_DESCRIBE_OK) {
+      int ndim = (int)held[i].ndim;
       free(held);
-      return gf_error_set(err, GF_ERR_TYPE, "graphed: keep_alive item %zd is not a plain tensor",
-                          i);
+      if (described == GF_DESCRIBE_TOO_MANY_DIMS) {
+        return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
+                            "graphed: keep_alive[%zd] has %d dimensions; at most %d are supported",
+                            i, ndim, (int)GF_MAX_DIMS);
+      }
+      return gf_error_set(err, GF_ERR_TYPE, "graphed: keep_alive[%zd] %s", i, why);
     }
   }
   gf_calls_in_flight++;
@@ -161,41 +222,54 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id,
   return status;
 }
 
-/* Ends either entry: raises for a failed status, else rebuilds the output from the key's
- * template; releases the key and the outputs either way. */
-static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_state *state,
-                                PyObject *key, PyObject *outputs) {
+/* Ends either entry: raises for a failed status (the forward's own exception when it recorded
+ * one, with its type and traceback), else rebuilds the output from the call's template; releases
+ * the call's references and the outputs either way. */
+static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_in_flight *call,
+                                PyObject *outputs) {
   PyObject *rebuilt = NULL;
-  if (status != GF_OK) {
+  if (status != GF_OK && call->error != NULL) {
+    PyErr_Clear();
+    PyObject *error = call->error;
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(error)), Py_NewRef(error),
+                  PyException_GetTraceback(error));
+  } else if (status != GF_OK) {
     gf_fastcall_torch_raise(status, err);
   } else {
-    rebuilt = gf_outputs_of_call(state, key, outputs);
+    rebuilt = gf_outputs_of_call(call->state, call->key, call->shapes, outputs);
   }
   Py_XDECREF(outputs);
-  Py_DECREF(key);
+  Py_XDECREF(call->error);
+  Py_DECREF(call->key);
+  Py_XDECREF(call->shapes);
   return rebuilt;
 }
 
 static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_state *state,
                                      PyObject *kwargs, PyObject *variant, PyObject *keep_alive,
-                                     int pin, int static_outputs) {
+                                     PyObject *held, int pin, int static_outputs) {
   gf_walk_result result = gf_walk_kwargs(walk, kwargs, variant);
   if (result == GF_WALK_ERROR) {
     return NULL;
   }
   if (result == GF_WALK_UNSUPPORTED || walk->tensor_count == 0) {
+    gf_walk_release(walk);
     return Py_NewRef(gf_fallback);
   }
   PyObject *key = PyBytes_FromStringAndSize((const char *)walk->key, (Py_ssize_t)walk->key_length);
-  if (key == NULL) {
+  PyObject *shapes = key != NULL ? gf_walk_shapes(walk->tensors, walk->tensor_count) : NULL;
+  if (shapes == NULL) {
+    Py_XDECREF(key);
+    gf_walk_release(walk);
     return NULL;
   }
-  gf_call_in_flight call = {state, kwargs, key};
+  gf_call_in_flight call = {state, kwargs, key, shapes, held, NULL};
   PyObject *outputs = NULL;
   gf_error err = {0};
   gf_status status =
       gf_fast_call_runner(walk, runner_id, &call, keep_alive, pin, static_outputs, &outputs, &err);
-  return gf_finish_call(status, &err, state, key, outputs);
+  gf_walk_release(walk); /* the inputs' references, held for the whole call */
+  return gf_finish_call(status, &err, &call, outputs);
 }
 
 /* The options both entries share; 0, or -1 with a Python error. */
@@ -211,15 +285,16 @@ static int gf_parse_options(PyObject *runner, PyObject *pin_flag, PyObject *stat
   return *pin < 0 || *static_outputs < 0 ? -1 : 0;
 }
 
-/* call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive) -> output | FALLBACK,
- * keep_alive a list of tensors the entry holds for its life (may be empty). */
+/* call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive, held) -> output |
+ * FALLBACK, keep_alive a list of tensors the entry holds for its life (may be empty), held a tuple
+ * of other objects the call's output template holds. */
 static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
-  if (nargs != 7 || !PyDict_CheckExact(args[1]) || Py_TYPE(args[5]) != &gf_call_state_type ||
-      !PyList_CheckExact(args[6])) {
+  if (nargs != 8 || !PyDict_CheckExact(args[1]) || Py_TYPE(args[5]) != &gf_call_state_type ||
+      !PyList_CheckExact(args[6]) || !PyTuple_CheckExact(args[7])) {
     PyErr_SetString(PyExc_TypeError,
                     "_graphed_fastcall.call(runner_id, kwargs, variant, pin, static_outputs, "
-                    "state, keep_alive)");
+                    "state, keep_alive: list, held: tuple)");
     return NULL;
   }
   int64_t runner_id = 0;
@@ -231,22 +306,46 @@ static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t 
   gf_walk nested = {0};
   gf_walk *walk = gf_calls_in_flight == 0 ? &gf_scratch : &nested;
   PyObject *rebuilt = gf_fast_call_walked(walk, runner_id, (gf_call_state *)args[5], args[1],
-                                          args[2], args[6], pin, static_outputs);
+                                          args[2], args[6], args[7], pin, static_outputs);
   gf_walk_free(&nested);
   return rebuilt;
 }
 
 /* -- call_flat: the Python path ---------------------------------------------------------- */
 
-/* call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs) -> output, the
- * kwargs already flattened by graphed._tree (key a str, tensors and keep_alive lists). */
+/* The shapes bytes of a list of tensors (subclasses included); b"?" when one has symbolic sizes,
+ * so that such calls share one template per key, as before shapes were part of it. */
+static PyObject *gf_shapes_of_list(PyObject *tensors) {
+  Py_ssize_t count = PyList_GET_SIZE(tensors);
+  gf_tensor *shapes = calloc((size_t)(count > 0 ? count : 1), sizeof *shapes);
+  if (shapes == NULL) {
+    return PyErr_NoMemory();
+  }
+  PyObject *bytes = NULL;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject *item = PyList_GET_ITEM(tensors, i);
+    if (!gf_fastcall_torch_is_tensor(item) || gf_fastcall_torch_shape_of(item, &shapes[i]) != 0) {
+      bytes = PyBytes_FromString("?");
+      break;
+    }
+  }
+  if (bytes == NULL && !PyErr_Occurred()) {
+    bytes = gf_walk_shapes(shapes, (size_t)count);
+  }
+  free(shapes);
+  return bytes;
+}
+
+/* call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) ->
+ * output, the kwargs already flattened by graphed._tree (key a str, tensors and keep_alive lists,
+ * held a tuple). */
 static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
-  if (nargs != 8 || Py_TYPE(args[1]) != &gf_call_state_type || !PyUnicode_CheckExact(args[2]) ||
-      !PyList_CheckExact(args[3]) || !PyList_CheckExact(args[5])) {
+  if (nargs != 9 || Py_TYPE(args[1]) != &gf_call_state_type || !PyUnicode_CheckExact(args[2]) ||
+      !PyList_CheckExact(args[3]) || !PyList_CheckExact(args[5]) || !PyTuple_CheckExact(args[8])) {
     PyErr_SetString(PyExc_TypeError,
                     "_graphed_fastcall.call_flat(runner_id, state, key, tensors, spec, "
-                    "keep_alive, pin, static_outputs)");
+                    "keep_alive, pin, static_outputs, held)");
     return NULL;
   }
   int64_t runner_id = 0;
@@ -256,16 +355,85 @@ static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t 
     return NULL;
   }
   gf_call_state *state = (gf_call_state *)args[1];
-  PyObject *key = PyUnicode_AsUTF8String(args[2]);
-  if (key == NULL) {
+  PyObject *key = PyUnicode_AsEncodedString(args[2], "utf-8", "surrogatepass");
+  PyObject *shapes = key != NULL ? gf_shapes_of_list(args[3]) : NULL;
+  if (shapes == NULL) {
+    Py_XDECREF(key);
     return NULL;
   }
-  gf_call_in_flight call = {state, args[4], key};
+  gf_call_in_flight call = {state, args[4], key, shapes, args[8], NULL};
   PyObject *outputs = NULL;
   gf_error err = {0};
   gf_status status = gf_fastcall_torch_call_dispatched(runner_id, &call, args[3], args[5], pin,
                                                        static_outputs, &outputs, &err);
-  return gf_finish_call(status, &err, state, key, outputs);
+  return gf_finish_call(status, &err, &call, outputs);
+}
+
+/* -- control under the runner's lock ----------------------------------------------------- */
+
+static PyObject *gf_state_op(PyObject *const *args, Py_ssize_t nargs, const char *usage,
+                             gf_status (*op)(int64_t, gf_call_state *, gf_error *)) {
+  if (nargs != 2 || Py_TYPE(args[1]) != &gf_call_state_type) {
+    PyErr_SetString(PyExc_TypeError, usage);
+    return NULL;
+  }
+  long long id = PyLong_AsLongLong(args[0]);
+  if (id == -1 && PyErr_Occurred()) {
+    return NULL;
+  }
+  gf_error err = {0};
+  gf_status status = op((int64_t)id, (gf_call_state *)args[1], &err);
+  if (status != GF_OK) {
+    return gf_fastcall_torch_raise(status, &err);
+  }
+  Py_RETURN_NONE;
+}
+
+/* reset(runner_id, state): the runner's graphs and the state's templates, dropped together. */
+static PyObject *gf_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  (void)self;
+  return gf_state_op(args, nargs, "_graphed_fastcall.reset(runner_id, state)",
+                     gf_fastcall_torch_reset);
+}
+
+/* prune(runner_id, state): drops the templates of entries the cache no longer holds. */
+static PyObject *gf_prune(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  (void)self;
+  return gf_state_op(args, nargs, "_graphed_fastcall.prune(runner_id, state)",
+                     gf_fastcall_torch_prune);
+}
+
+/* mark_forward_error(): the forward running in this thread raised an error of its own. */
+static PyObject *gf_mark_forward_error(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  gf_fastcall_torch_mark_forward_error();
+  Py_RETURN_NONE;
+}
+
+/* unsupported_reason(tensor) -> str | None: why the core cannot take this tensor. */
+static PyObject *gf_unsupported_reason(PyObject *self, PyObject *tensor) {
+  (void)self;
+  if (!gf_fastcall_torch_is_tensor(tensor)) {
+    PyErr_SetString(PyExc_TypeError, "_graphed_fastcall.unsupported_reason(tensor)");
+    return NULL;
+  }
+  const char *why = gf_fastcall_torch_unsupported_reason(tensor);
+  if (why == NULL) {
+    Py_RETURN_NONE;
+  }
+  return PyUnicode_FromString(why);
+}
+
+/* decode(key, tensors) -> the kwargs of a fast-path key with tensors in its tensor slots. */
+static PyObject *gf_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != 2 || !PyBytes_Check(args[0]) || !PyList_CheckExact(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "_graphed_fastcall.decode(key: bytes, tensors: list)");
+    return NULL;
+  }
+  return gf_walk_decode((const unsigned char *)PyBytes_AS_STRING(args[0]),
+                        (size_t)PyBytes_GET_SIZE(args[0]), args[1]);
 }
 
 /* -- the walker, for the forward operator and for tests -------------------------------- */
@@ -339,10 +507,21 @@ static PyObject *gf_rebuild(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 static PyMethodDef gf_fastcall_methods[] = {
     {"call", (PyCFunction)(void (*)(void))gf_fast_call, METH_FASTCALL,
-     "call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive) -> output or "
+     "call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive, held) -> output or "
      "FALLBACK"},
     {"call_flat", (PyCFunction)(void (*)(void))gf_flat_call, METH_FASTCALL,
-     "call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs) -> output"},
+     "call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) -> "
+     "output"},
+    {"reset", (PyCFunction)(void (*)(void))gf_reset, METH_FASTCALL,
+     "reset(runner_id, state): drops the graphs and the templates under the runner's lock"},
+    {"prune", (PyCFunction)(void (*)(void))gf_prune, METH_FASTCALL,
+     "prune(runner_id, state): drops the templates of entries the cache no longer holds"},
+    {"mark_forward_error", gf_mark_forward_error, METH_NOARGS,
+     "mark_forward_error(): the running forward raised an error of its own"},
+    {"unsupported_reason", gf_unsupported_reason, METH_O,
+     "unsupported_reason(tensor) -> why the core cannot take it, or None"},
+    {"decode", (PyCFunction)(void (*)(void))gf_decode, METH_FASTCALL,
+     "decode(key, tensors) -> the kwargs a fast-path key stands for"},
     {"flatten", (PyCFunction)(void (*)(void))gf_flatten, METH_FASTCALL,
      "flatten(kwargs, variant) -> (key bytes, [tensors]) or FALLBACK: the walk of `call`"},
     {"substitute", (PyCFunction)(void (*)(void))gf_substitute, METH_FASTCALL,

@@ -1,8 +1,10 @@
 // The libtorch side of the CPython entry point (see gf_fastcall_torch.h).
 #include "gf_fastcall_torch.h"
+#include "gf_walker.h"
 
 #include "gf_torch_errors.h"
 
+#include "gf_shim_host.h"
 #include "gf_shim_registry.h"
 #include "gf_shim_tensor.h"
 
@@ -33,15 +35,60 @@ extern "C" int gf_fastcall_torch_is_plain_leaf(PyObject *obj) {
              : 0;
 }
 
-extern "C" int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out) {
-  const at::Tensor &tensor = THPVariable_Unpack(obj);
-  if (tensor.dim() > GF_MAX_DIMS) {
+extern "C" int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const char **why) {
+  *why = nullptr;
+  try {
+    const at::Tensor &tensor = THPVariable_Unpack(obj);
+    if ((*why = graphed::unsupported_tensor_reason(tensor)) != nullptr) {
+      return GF_DESCRIBE_UNSUPPORTED;
+    }
+    if (tensor.dim() > GF_MAX_DIMS) {
+      out->ndim = static_cast<int32_t>(tensor.dim());
+      return GF_DESCRIBE_TOO_MANY_DIMS;
+    }
+    *out = graphed::describe_tensor(tensor, false);
+    out->handle = const_cast<at::Tensor *>(&tensor);
+    return GF_DESCRIBE_OK;
+  } catch (...) {
+    *why = "cannot be read by graphed (torch raised while describing it)";
+    return GF_DESCRIBE_UNSUPPORTED;
+  }
+}
+
+extern "C" int gf_fastcall_torch_shape_of(PyObject *obj, gf_tensor *out) {
+  try {
+    const at::Tensor &tensor = THPVariable_Unpack(obj);
+    if (!tensor.defined() || tensor.dim() > GF_MAX_DIMS || tensor.is_nested()) {
+      return -1;
+    }
+    *out = gf_tensor{};
+    c10::SymIntArrayRef sizes = tensor.sym_sizes();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::optional<int64_t> size = sizes[i].maybe_as_int();
+      if (!size.has_value()) {
+        return -1;
+      }
+      out->sizes[i] = *size;
+    }
+    out->dtype = static_cast<int32_t>(tensor.scalar_type());
+    out->device_type = static_cast<int32_t>(tensor.device().type());
+    out->device_index = tensor.device().has_index() ? tensor.device().index() : -1;
+    out->ndim = static_cast<int32_t>(sizes.size());
+    return 0;
+  } catch (...) {
     return -1;
   }
-  *out = graphed::describe_tensor(tensor, false);
-  out->handle = const_cast<at::Tensor *>(&tensor);
-  return 0;
 }
+
+extern "C" const char *gf_fastcall_torch_unsupported_reason(PyObject *obj) {
+  try {
+    return graphed::unsupported_tensor_reason(THPVariable_Unpack(obj));
+  } catch (...) {
+    return "cannot be read by graphed (torch raised while describing it)";
+  }
+}
+
+extern "C" void gf_fastcall_torch_mark_forward_error(void) { graphed::mark_forward_error(); }
 
 extern "C" PyObject *gf_fastcall_torch_object_of(const gf_tensor *tensor) {
   try {
@@ -66,30 +113,43 @@ std::unique_lock<std::recursive_mutex> lock_runner(graphed::RunnerSlot &slot) {
 
 // Puts the call into its GraphedForward's call state and, on exit, the outer call back. Built
 // only while the runner's lock is held.
+// The forward's exception recorded during the call is handed to call->error on exit.
 class CallInFlight {
 public:
-  explicit CallInFlight(const gf_call_in_flight *call)
-      : state_(call->state), outer_tree_(call->state->tree), outer_key_(call->state->key) {
-    Py_INCREF(call->tree);
-    Py_INCREF(call->key);
-    state_->tree = call->tree;
-    state_->key = call->key;
+  explicit CallInFlight(gf_call_in_flight *call)
+      : call_(call), state_(call->state), outer_{state_->tree, state_->key, state_->shapes,
+                                                 state_->held, state_->error} {
+    call->error = nullptr;
+    state_->tree = Py_NewRef(call->tree);
+    state_->key = Py_NewRef(call->key);
+    state_->shapes = Py_NewRef(call->shapes);
+    state_->held = Py_NewRef(call->held);
+    state_->error = Py_NewRef(Py_None);
   }
   ~CallInFlight() {
-    PyObject *tree = state_->tree;
-    PyObject *key = state_->key;
-    state_->tree = outer_tree_;
-    state_->key = outer_key_;
-    Py_DECREF(tree);
-    Py_DECREF(key);
+    PyObject *mine[] = {state_->tree, state_->key, state_->shapes, state_->held};
+    PyObject *error = state_->error;
+    state_->tree = outer_[0];
+    state_->key = outer_[1];
+    state_->shapes = outer_[2];
+    state_->held = outer_[3];
+    state_->error = outer_[4];
+    for (PyObject *object : mine) {
+      Py_DECREF(object);
+    }
+    if (error != Py_None) {
+      call_->error = error; // the reference moves to the caller
+    } else {
+      Py_DECREF(error);
+    }
   }
   CallInFlight(const CallInFlight &) = delete;
   CallInFlight &operator=(const CallInFlight &) = delete;
 
 private:
+  gf_call_in_flight *call_;
   gf_call_state *state_;
-  PyObject *outer_tree_; // the references the state held, handed back on exit
-  PyObject *outer_key_;
+  PyObject *outer_[5]; // the references the state held, handed back on exit
 };
 
 // The tensors of a list, for the dispatcher: any tensor, subclasses included.
@@ -116,7 +176,7 @@ PyObject *list_of_tensors(std::vector<at::Tensor> &&tensors) {
 
 } // namespace
 
-extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, const gf_call_in_flight *call,
+extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, gf_call_in_flight *call,
                                             const void *key, size_t key_length, gf_tensor *inputs,
                                             size_t input_count, const gf_tensor *keep_alive,
                                             size_t keep_alive_count, int pin, int static_outputs,
@@ -169,8 +229,7 @@ extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, const gf_call_in_
   }
 }
 
-extern "C" gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id,
-                                                       const gf_call_in_flight *call,
+extern "C" gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_call_in_flight *call,
                                                        PyObject *inputs, PyObject *keep_alive,
                                                        int pin, int static_outputs,
                                                        PyObject **outputs, gf_error *err) {
@@ -203,6 +262,84 @@ extern "C" gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id,
   } catch (python_error &error) {
     error.restore(); // the forward's own exception, as torch.ops would raise it
     return gf_error_set(err, GF_ERR_BACKEND, "graphed: the forward raised");
+  } catch (...) {
+    return graphed::status_of_current_exception(err, nullptr);
+  }
+}
+
+extern "C" gf_status gf_fastcall_torch_reset(int64_t runner_id, gf_call_state *state,
+                                             gf_error *err) {
+  try {
+    std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
+    std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
+    gf_runner_reset(slot->runner);
+    PyDict_Clear(state->templates);
+    return GF_OK;
+  } catch (...) {
+    return graphed::status_of_current_exception(err, nullptr);
+  }
+}
+
+namespace {
+
+// Whether the template of (key, shapes) belongs to the call in flight or to a resident entry.
+bool template_is_live(gf_runner *runner, const gf_call_state *state, PyObject *key,
+                      PyObject *shapes, std::vector<gf_tensor> &scratch) {
+  if (PyObject_RichCompareBool(key, state->key, Py_EQ) == 1 &&
+      PyObject_RichCompareBool(shapes, state->shapes, Py_EQ) == 1) {
+    return true;
+  }
+  PyErr_Clear();
+  if (!PyBytes_Check(key) || !PyBytes_Check(shapes)) {
+    return false;
+  }
+  const auto *bytes = reinterpret_cast<const unsigned char *>(PyBytes_AS_STRING(shapes));
+  const size_t length = static_cast<size_t>(PyBytes_GET_SIZE(shapes));
+  scratch.resize(length / (4 * sizeof(int32_t)) + 1);
+  Py_ssize_t count = gf_walk_parse_shapes(bytes, length, scratch.data(), scratch.size());
+  return count >= 0 && gf_runner_entry_replays(runner, PyBytes_AS_STRING(key),
+                                               static_cast<size_t>(PyBytes_GET_SIZE(key)),
+                                               scratch.data(), static_cast<size_t>(count)) >= 0;
+}
+
+} // namespace
+
+extern "C" gf_status gf_fastcall_torch_prune(int64_t runner_id, gf_call_state *state,
+                                             gf_error *err) {
+  try {
+    std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
+    std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
+    std::vector<gf_tensor> scratch;
+    // Keys first, so no dict changes size while it is iterated.
+    PyObject *keys = PyDict_Keys(state->templates);
+    if (keys == nullptr) {
+      PyErr_Clear();
+      return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory pruning templates");
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); ++i) {
+      PyObject *key = PyList_GET_ITEM(keys, i);
+      PyObject *by_shapes = PyDict_GetItem(state->templates, key);
+      if (by_shapes == nullptr || !PyDict_Check(by_shapes)) {
+        continue;
+      }
+      Py_INCREF(by_shapes);
+      PyObject *all_shapes = PyDict_Keys(by_shapes);
+      for (Py_ssize_t j = 0; all_shapes != nullptr && j < PyList_GET_SIZE(all_shapes); ++j) {
+        PyObject *shapes = PyList_GET_ITEM(all_shapes, j);
+        if (!template_is_live(slot->runner, state, key, shapes, scratch) &&
+            PyDict_DelItem(by_shapes, shapes) != 0) {
+          PyErr_Clear();
+        }
+      }
+      Py_XDECREF(all_shapes);
+      if (PyDict_GET_SIZE(by_shapes) == 0 && PyDict_DelItem(state->templates, key) != 0) {
+        PyErr_Clear();
+      }
+      Py_DECREF(by_shapes);
+    }
+    Py_DECREF(keys);
+    PyErr_Clear();
+    return GF_OK;
   } catch (...) {
     return graphed::status_of_current_exception(err, nullptr);
   }

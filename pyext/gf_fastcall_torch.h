@@ -30,26 +30,47 @@ int gf_fastcall_torch_is_tensor(PyObject *obj);
  * torch.memory_format: torch values that cannot hold a tensor. */
 int gf_fastcall_torch_is_plain_leaf(PyObject *obj);
 
-/* A borrowed descriptor of a tensor object, valid while obj lives; 0, or -1 when it has more
- * than GF_MAX_DIMS dimensions. */
-int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out);
+enum {
+  GF_DESCRIBE_OK = 0,
+  GF_DESCRIBE_UNSUPPORTED = 1,   /* *why: the end of a sentence (TypeError) */
+  GF_DESCRIBE_TOO_MANY_DIMS = 2, /* out->ndim holds the count (ValueError) */
+};
+
+/* A borrowed descriptor of a tensor object, valid while obj lives, after the one check both call
+ * paths share (graphed::unsupported_tensor_reason: sparse, nested, mkldnn, meta, quantized,
+ * sub-byte, storage-less functorch wrappers are refused) and the dimension limit. Never lets a
+ * C++ exception out: anything torch throws is GF_DESCRIBE_UNSUPPORTED. */
+int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const char **why);
+
+/* The dtype, device and sizes of any tensor object (subclasses included) without touching its
+ * data; 0, or -1 when torch cannot say (symbolic sizes, more than GF_MAX_DIMS dimensions). */
+int gf_fastcall_torch_shape_of(PyObject *obj, gf_tensor *out);
+
+/* The reason a tensor object cannot be an input or keep_alive tensor (the end of a sentence), or
+ * NULL when it can; never throws. */
+const char *gf_fastcall_torch_unsupported_reason(PyObject *obj);
 
 /* The tensor object a descriptor from gf_fastcall_torch_describe was made of (a new reference). */
 PyObject *gf_fastcall_torch_object_of(const gf_tensor *tensor);
 
 /* The call a runner call puts into a GraphedForward's call state while it holds the runner's
- * lock: `tree` (kwargs dict or TreeSpec) and `key` (bytes). */
+ * lock: `tree` (kwargs dict or TreeSpec), `key` (bytes), `shapes` (bytes, see gf_walk_shapes) and
+ * `held` (the non-tensor keep_alive objects). `error` is an output: the exception the forward
+ * recorded during the call (a new reference), or NULL. */
 typedef struct gf_call_in_flight {
   gf_call_state *state;
   PyObject *tree;
   PyObject *key;
+  PyObject *shapes;
+  PyObject *held;
+  PyObject *error;
 } gf_call_in_flight;
 
 /* The fast path: one call of runner `runner_id` (see gf_runner_call) with inputs the walker
  * described, entered with the GIL held. When another thread holds the runner, the GIL is released
  * while waiting for it, so a forward running in that thread can take the GIL back. On success
  * *outputs is a new list of tensors. */
-gf_status gf_fastcall_torch_call(int64_t runner_id, const gf_call_in_flight *call, const void *key,
+gf_status gf_fastcall_torch_call(int64_t runner_id, gf_call_in_flight *call, const void *key,
                                  size_t key_length, gf_tensor *inputs, size_t input_count,
                                  const gf_tensor *keep_alive, size_t keep_alive_count, int pin,
                                  int static_outputs, PyObject **outputs, gf_error *err);
@@ -58,9 +79,21 @@ gf_status gf_fastcall_torch_call(int64_t runner_id, const gf_call_in_flight *cal
  * static_outputs) through the dispatcher (so FakeTensor and other modes see it), with the call
  * state set under the runner's lock as gf_fastcall_torch_call sets it. inputs and keep_alive are
  * lists of tensors. A Python exception raised inside is restored as it was. */
-gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, const gf_call_in_flight *call,
+gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_call_in_flight *call,
                                             PyObject *inputs, PyObject *keep_alive, int pin,
                                             int static_outputs, PyObject **outputs, gf_error *err);
+
+/* Resets the runner (gf_runner_reset) and clears the state's output templates under the runner's
+ * lock, so no call sees one without the other. */
+gf_status gf_fastcall_torch_reset(int64_t runner_id, gf_call_state *state, gf_error *err);
+
+/* Drops the output templates (state->templates) whose entries are no longer resident in the
+ * runner's cache, except the template of the call in flight, under the runner's lock. */
+gf_status gf_fastcall_torch_prune(int64_t runner_id, gf_call_state *state, gf_error *err);
+
+/* Marks that the forward running in this thread raised an error of its own (see
+ * gf_shim_host.h); the host then reports GF_ERR_FORWARD instead of a capture failure. */
+void gf_fastcall_torch_mark_forward_error(void);
 
 /* Raises the Python exception that matches a failed status (ValueError, TypeError or
  * RuntimeError) and returns NULL. */

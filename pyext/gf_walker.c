@@ -21,6 +21,7 @@
 #include "gf_fastcall_torch.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,7 +69,11 @@ static gf_walk_result gf_walk_append_str(gf_walk *walk, PyObject *text) {
   Py_ssize_t length = 0;
   const char *utf8 = PyUnicode_AsUTF8AndSize(text, &length);
   if (utf8 == NULL) {
-    return GF_WALK_ERROR;
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+      return GF_WALK_ERROR;
+    }
+    PyErr_Clear(); /* a lone surrogate: the Python path keys it by repr */
+    return GF_WALK_UNSUPPORTED;
   }
   int64_t prefix = (int64_t)length;
   if (gf_walk_reserve(walk, 1 + sizeof prefix + (size_t)length) != GF_WALK_OK) {
@@ -91,13 +96,56 @@ static gf_walk_result gf_walk_add_tensor(gf_walk *walk, PyObject *tensor) {
       return GF_WALK_ERROR;
     }
     walk->tensors = grown;
+    PyObject **objects = realloc(walk->objects, capacity * sizeof *objects);
+    if (objects == NULL) {
+      PyErr_NoMemory();
+      return GF_WALK_ERROR;
+    }
+    walk->objects = objects;
     walk->tensor_capacity = capacity;
   }
-  if (gf_fastcall_torch_describe(tensor, &walk->tensors[walk->tensor_count]) != 0) {
-    return GF_WALK_UNSUPPORTED; /* too many dimensions: the Python path says so */
+  const char *why = NULL;
+  gf_tensor *described = &walk->tensors[walk->tensor_count];
+  switch (gf_fastcall_torch_describe(tensor, described, &why)) {
+  case GF_DESCRIBE_OK:
+    break;
+  case GF_DESCRIBE_TOO_MANY_DIMS:
+    walk->refusal_type = PyExc_ValueError;
+    snprintf(walk->reason, sizeof walk->reason, "has %d dimensions; at most %d are supported",
+             (int)described->ndim, (int)GF_MAX_DIMS);
+    return GF_WALK_REFUSED;
+  default:
+    walk->refusal_type = PyExc_TypeError;
+    snprintf(walk->reason, sizeof walk->reason, "%s", why ? why : "is not a tensor graphed takes");
+    return GF_WALK_REFUSED;
   }
+  Py_INCREF(tensor);
+  walk->objects[walk->tensor_count] = tensor;
   walk->tensor_count++;
   return gf_walk_append(walk, 'T', NULL, 0);
+}
+
+/* Puts a path segment ("['k']", "[3]") in front of a refused tensor's path while unwinding; a
+ * path that no longer fits keeps its innermost part behind "...". */
+static void gf_walk_prepend_path(gf_walk *walk, PyObject *segment) {
+  Py_ssize_t length = 0;
+  const char *text = segment != NULL ? PyUnicode_AsUTF8AndSize(segment, &length) : NULL;
+  if (text == NULL) {
+    PyErr_Clear();
+    text = "[?]";
+    length = 3;
+  }
+  if (walk->path_length + (size_t)length + 1 > sizeof walk->path) {
+    text = "...";
+    length = 3;
+    if (walk->path_length + 4 > sizeof walk->path || memcmp(walk->path, "...", 3) == 0) {
+      return;
+    }
+  }
+  memmove(walk->path + length, walk->path, walk->path_length);
+  memcpy(walk->path, text, (size_t)length);
+  walk->path_length += (size_t)length;
+  walk->path[walk->path_length] = '\0';
 }
 
 /* Leaves that are not tensors; GF_WALK_UNSUPPORTED for any other type. */
@@ -151,6 +199,11 @@ static gf_walk_result gf_walk_value(gf_walk *walk, PyObject *value, int depth) {
       }
       if ((result = gf_walk_append_str(walk, name)) != GF_WALK_OK ||
           (result = gf_walk_value(walk, item, depth + 1)) != GF_WALK_OK) {
+        if (result == GF_WALK_REFUSED) {
+          PyObject *segment = PyUnicode_FromFormat("[%R]", name);
+          gf_walk_prepend_path(walk, segment);
+          Py_XDECREF(segment);
+        }
         return result;
       }
     }
@@ -165,6 +218,11 @@ static gf_walk_result gf_walk_value(gf_walk *walk, PyObject *value, int depth) {
     }
     for (Py_ssize_t i = 0; i < size; ++i) {
       if ((result = gf_walk_value(walk, items[i], depth + 1)) != GF_WALK_OK) {
+        if (result == GF_WALK_REFUSED) {
+          PyObject *segment = PyUnicode_FromFormat("[%zd]", i);
+          gf_walk_prepend_path(walk, segment);
+          Py_XDECREF(segment);
+        }
         return result;
       }
     }
@@ -177,8 +235,10 @@ static gf_walk_result gf_walk_value(gf_walk *walk, PyObject *value, int depth) {
 }
 
 gf_walk_result gf_walk_kwargs(gf_walk *walk, PyObject *kwargs, PyObject *variant) {
+  gf_walk_release(walk);
   walk->key_length = 0;
-  walk->tensor_count = 0;
+  walk->path_length = 0;
+  walk->path[0] = '\0';
   gf_walk_result result = gf_walk_append(walk, 'F', NULL, 0);
   if (result == GF_WALK_OK) {
     result = gf_walk_leaf(walk, variant);
@@ -186,13 +246,205 @@ gf_walk_result gf_walk_kwargs(gf_walk *walk, PyObject *kwargs, PyObject *variant
   if (result == GF_WALK_OK) {
     result = gf_walk_value(walk, kwargs, 0);
   }
+  if (result == GF_WALK_REFUSED) {
+    PyErr_Format(walk->refusal_type, "graphed: kwargs%s %s", walk->path, walk->reason);
+    result = GF_WALK_ERROR;
+  }
+  if (result != GF_WALK_OK) {
+    gf_walk_release(walk);
+  }
   return result;
 }
 
+void gf_walk_release(gf_walk *walk) {
+  size_t count = walk->tensor_count;
+  walk->tensor_count = 0; /* first: a finalizer that calls graphed again finds the walk empty */
+  for (size_t i = 0; i < count; ++i) {
+    Py_DECREF(walk->objects[i]);
+  }
+}
+
 void gf_walk_free(gf_walk *walk) {
+  gf_walk_release(walk);
   free(walk->key);
   free(walk->tensors);
+  free(walk->objects);
   memset(walk, 0, sizeof *walk);
+}
+
+/* -- the decode of a key: the kwargs from the bytes the walk wrote ----------------------------- */
+
+typedef struct gf_reader {
+  const unsigned char *at;
+  const unsigned char *end;
+  PyObject *tensors;
+  Py_ssize_t next;
+} gf_reader;
+
+static int gf_read(gf_reader *reader, void *out, size_t length) {
+  if ((size_t)(reader->end - reader->at) < length) {
+    return -1;
+  }
+  memcpy(out, reader->at, length);
+  reader->at += length;
+  return 0;
+}
+
+static PyObject *gf_decode_value(gf_reader *reader, int depth);
+
+static PyObject *gf_decode_str(gf_reader *reader) {
+  int64_t length = 0;
+  if (gf_read(reader, &length, sizeof length) != 0 || length < 0 ||
+      (uint64_t)length > (uint64_t)(reader->end - reader->at)) {
+    return NULL;
+  }
+  PyObject *text = PyUnicode_DecodeUTF8((const char *)reader->at, (Py_ssize_t)length, "strict");
+  reader->at += length;
+  return text;
+}
+
+static PyObject *gf_decode_container(gf_reader *reader, unsigned char tag, int depth) {
+  int64_t size = 0;
+  if (gf_read(reader, &size, sizeof size) != 0 || size < 0 ||
+      (uint64_t)size > (uint64_t)(reader->end - reader->at)) {
+    return NULL; /* every item takes at least one byte */
+  }
+  PyObject *made = tag == 'd' ? PyDict_New() : tag == 'l' ? PyList_New(size) : PyTuple_New(size);
+  for (int64_t i = 0; made != NULL && i < size; ++i) {
+    PyObject *name = NULL;
+    if (tag == 'd') {
+      unsigned char name_tag = 0;
+      if (gf_read(reader, &name_tag, 1) != 0 || name_tag != 's' ||
+          (name = gf_decode_str(reader)) == NULL) {
+        Py_CLEAR(made);
+        break;
+      }
+    }
+    PyObject *item = gf_decode_value(reader, depth + 1);
+    if (item == NULL) {
+      Py_XDECREF(name);
+      Py_CLEAR(made);
+      break;
+    }
+    if (tag == 'd') {
+      int failed = PyDict_SetItem(made, name, item);
+      Py_DECREF(name);
+      Py_DECREF(item);
+      if (failed != 0) {
+        Py_CLEAR(made);
+      }
+    } else if (tag == 'l') {
+      PyList_SET_ITEM(made, (Py_ssize_t)i, item);
+    } else {
+      PyTuple_SET_ITEM(made, (Py_ssize_t)i, item);
+    }
+  }
+  return made;
+}
+
+static PyObject *gf_decode_value(gf_reader *reader, int depth) {
+  unsigned char tag = 0;
+  if (depth > GF_WALK_MAX_DEPTH + 1 || gf_read(reader, &tag, 1) != 0) {
+    return NULL;
+  }
+  switch (tag) {
+  case 'N':
+    return Py_NewRef(Py_None);
+  case 'b': {
+    unsigned char flag = 0;
+    return gf_read(reader, &flag, 1) != 0 ? NULL : PyBool_FromLong(flag);
+  }
+  case 'i': {
+    int64_t number = 0;
+    return gf_read(reader, &number, sizeof number) != 0 ? NULL
+                                                        : PyLong_FromLongLong((long long)number);
+  }
+  case 'f': {
+    double number = 0;
+    return gf_read(reader, &number, sizeof number) != 0 ? NULL : PyFloat_FromDouble(number);
+  }
+  case 's':
+    return gf_decode_str(reader);
+  case 'T':
+    if (reader->next >= PyList_GET_SIZE(reader->tensors)) {
+      return NULL;
+    }
+    return Py_NewRef(PyList_GET_ITEM(reader->tensors, reader->next++));
+  case 'd':
+  case 'l':
+  case 't':
+    return gf_decode_container(reader, tag, depth);
+  default:
+    return NULL;
+  }
+}
+
+PyObject *gf_walk_decode(const unsigned char *key, size_t length, PyObject *tensors) {
+  gf_reader reader = {key, key + length, tensors, 0};
+  unsigned char tag = 0;
+  PyObject *variant = NULL;
+  PyObject *kwargs = NULL;
+  if (gf_read(&reader, &tag, 1) == 0 && tag == 'F' &&
+      (variant = gf_decode_value(&reader, 0)) != NULL) {
+    kwargs = gf_decode_value(&reader, 0);
+  }
+  Py_XDECREF(variant);
+  if (kwargs != NULL && (!PyDict_CheckExact(kwargs) || reader.at != reader.end ||
+                         reader.next != PyList_GET_SIZE(tensors))) {
+    Py_CLEAR(kwargs);
+  }
+  if (kwargs == NULL && !PyErr_Occurred()) {
+    PyErr_Format(PyExc_ValueError,
+                 "graphed: not the key of a fast-path call with %zd tensors (%zu bytes)",
+                 PyList_GET_SIZE(tensors), length);
+  }
+  return kwargs;
+}
+
+/* -- the shapes of a call, for its output template's key --------------------------------------- */
+
+PyObject *gf_walk_shapes(const gf_tensor *tensors, size_t count) {
+  size_t length = 0;
+  for (size_t i = 0; i < count; ++i) {
+    length += 4 * sizeof(int32_t) + (size_t)tensors[i].ndim * sizeof(int64_t);
+  }
+  PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)length);
+  if (bytes == NULL) {
+    return NULL;
+  }
+  unsigned char *at = (unsigned char *)PyBytes_AS_STRING(bytes);
+  for (size_t i = 0; i < count; ++i) {
+    const gf_tensor *t = &tensors[i];
+    const int32_t head[4] = {t->dtype, t->device_type, t->device_index, t->ndim};
+    memcpy(at, head, sizeof head);
+    at += sizeof head;
+    memcpy(at, t->sizes, (size_t)t->ndim * sizeof(int64_t));
+    at += (size_t)t->ndim * sizeof(int64_t);
+  }
+  return bytes;
+}
+
+Py_ssize_t gf_walk_parse_shapes(const unsigned char *bytes, size_t length, gf_tensor *tensors,
+                                size_t capacity) {
+  gf_reader reader = {bytes, bytes + length, NULL, 0};
+  size_t count = 0;
+  while (reader.at < reader.end) {
+    int32_t head[4];
+    if (count >= capacity || gf_read(&reader, head, sizeof head) != 0 || head[3] < 0 ||
+        head[3] > GF_MAX_DIMS) {
+      return -1;
+    }
+    gf_tensor *t = &tensors[count++];
+    memset(t, 0, sizeof *t);
+    t->dtype = head[0];
+    t->device_type = head[1];
+    t->device_index = head[2];
+    t->ndim = head[3];
+    if (gf_read(&reader, t->sizes, (size_t)t->ndim * sizeof(int64_t)) != 0) {
+      return -1;
+    }
+  }
+  return (Py_ssize_t)count;
 }
 
 /* -- the rebuilds: one map of plain containers, in the walk's order -------------------------- */

@@ -37,6 +37,9 @@ private:
   gf_forward_phase outer_;
 };
 
+// Set by mark_forward_error while the forward unwinds; read and cleared by host_run_forward.
+thread_local bool forward_error_marked = false;
+
 gf_status host_clone_static(void *, const gf_tensor *live, gf_tensor *out, gf_error *err) {
   try {
     // live is a borrowed view whose handle the shim set to the caller's tensor.
@@ -89,6 +92,7 @@ std::vector<int64_t> versions_of(const std::vector<at::Tensor> &tensors) {
 gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tensor *inputs,
                            size_t count, gf_pool *outputs, unsigned char *mutated, gf_error *err) {
   HostContext *host = host_context(context);
+  forward_error_marked = false;
   try {
     PhaseScope in_phase(phase);
     // graphed replays inference forwards: nothing it captures records autograd history.
@@ -121,6 +125,12 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
     }
     return GF_OK;
   } catch (...) {
+    const bool own_error = forward_error_marked && !host->agree_op.has_value();
+    forward_error_marked = false;
+    if (own_error) {
+      return gf_error_set(err, GF_ERR_FORWARD, "graphed: the forward of '%s' raised",
+                          host->name.c_str());
+    }
     std::string what = "graphed: the forward of '" + host->name + "' failed";
     return status_of_current_exception(err, what.c_str());
   }
@@ -186,6 +196,8 @@ void host_destroy(void *context) { delete host_context(context); }
 } // namespace
 
 gf_forward_phase forward_phase() { return current_phase; }
+
+void mark_forward_error() { forward_error_marked = true; }
 
 c10::OperatorHandle find_operator(const std::string &qualified_name, const char *role) {
   auto separator = qualified_name.find("::");

@@ -34,6 +34,13 @@ gf_host make_torch_host(HostContext *context);
 // the forward operator reads it through graphed::forward_phase.
 gf_forward_phase forward_phase();
 
+// Marks that the forward now running in this thread raised an error of its own (a Python
+// forward's ValueError, KeyboardInterrupt, ...), not a failure of the capture: host_run_forward
+// then returns GF_ERR_FORWARD, which the core hands back without disabling the runner or running
+// the forward again. Without agreement only: with a process group the ranks must still disable
+// together, so the failure stays a capture failure there.
+void mark_forward_error();
+
 // Calls a (Tensor[]) -> Tensor[] operator through the boxed dispatcher.
 std::vector<at::Tensor> call_tensor_list_op(const c10::OperatorHandle &op,
                                             const std::vector<at::Tensor> &inputs);

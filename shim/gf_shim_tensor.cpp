@@ -10,6 +10,34 @@
 
 namespace graphed {
 
+namespace {
+
+// The sub-byte integer dtypes torch defines but cannot copy_ (no copy kernel): a capture would
+// fail at the static copy.
+bool is_shell_dtype(c10::ScalarType type) {
+  switch (type) {
+  case c10::ScalarType::UInt1:
+  case c10::ScalarType::UInt2:
+  case c10::ScalarType::UInt3:
+  case c10::ScalarType::UInt4:
+  case c10::ScalarType::UInt5:
+  case c10::ScalarType::UInt6:
+  case c10::ScalarType::UInt7:
+  case c10::ScalarType::Int1:
+  case c10::ScalarType::Int2:
+  case c10::ScalarType::Int3:
+  case c10::ScalarType::Int4:
+  case c10::ScalarType::Int5:
+  case c10::ScalarType::Int6:
+  case c10::ScalarType::Int7:
+    return true;
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
 gf_tensor describe_tensor(const at::Tensor &t, bool owned) {
   gf_tensor d{};
   d.data = t.data_ptr();
@@ -41,6 +69,10 @@ const char *unsupported_tensor_reason(const at::Tensor &t) {
   }
   if (t.is_quantized()) {
     return "is a quantized tensor; pass its int_repr() and scales as tensors";
+  }
+  if (is_shell_dtype(t.scalar_type())) {
+    return "has a sub-byte dtype (int1-int7, uint1-uint7) that torch cannot copy; pass a view "
+           "of its bytes (.view(torch.uint8)) and reinterpret it inside the forward";
   }
   if (!t.has_storage()) {
     return "has no storage (a functorch or other wrapper tensor); call graphed outside vmap and "

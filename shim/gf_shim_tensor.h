@@ -26,7 +26,8 @@ const char *unsupported_tensor_reason(const at::Tensor &t);
 // never reallocates (handles point into it). t must pass unsupported_tensor_reason.
 gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense);
 
-// True when the core cannot read t's bytes as they are: strided, or a lazy conj/neg view.
+// True when the core cannot read t's bytes as they are: strided, or a lazy conj/neg view. Never
+// throws for a tensor that passes unsupported_tensor_reason.
 bool needs_dense_copy(const at::Tensor &t);
 
 // An input the core saw as a dense copy: its index in the call and the caller's tensor.

@@ -43,7 +43,9 @@ static gf_status gf_emulated_copy_batch(void *context, void *state, const gf_cop
   (void)state;
   (void)err;
   for (size_t i = 0; i < count; ++i) {
-    memmove(copies[i].dst, copies[i].src, copies[i].bytes);
+    if (copies[i].bytes > 0) { /* a zero-size tensor's data may be NULL, which memmove forbids */
+      memmove(copies[i].dst, copies[i].src, copies[i].bytes);
+    }
   }
   return GF_OK;
 }

@@ -6,6 +6,7 @@ walked in C; the others are flattened here (graphed._tree) and go through the di
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import logging
 import threading
@@ -28,6 +29,11 @@ _op_numbers = itertools.count()
 _op_lock = threading.Lock()
 _runners: weakref.WeakValueDictionary[int, GraphedForward] = weakref.WeakValueDictionary()
 _warned_unavailable = False
+# GraphedForward's own call options; a module whose forward takes a keyword of one of these names
+# is refused at construction (see _check_reserved), never silently swallowed.
+RESERVED_KWARGS = ("variant", "keep_alive", "pin", "static_outputs")
+_NO_HELD: tuple = ()
+_MAX_DIMS = 12
 _STAT_NAMES = (
     "graphs",
     "pinned",
@@ -70,6 +76,39 @@ def runner_entries(runner_id: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _check_reserved(module: Any) -> None:
+    """A module whose forward takes a keyword GraphedForward reserves for its options would never
+    receive it: refused here, with what to do."""
+    forward = getattr(module, "forward", module)
+    try:
+        parameters = inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return
+    clash = [name for name in RESERVED_KWARGS if name in parameters]
+    if clash:
+        raise TypeError(
+            f"graphed: the module's forward takes the keyword(s) {', '.join(clash)}, which "
+            f"GraphedForward reserves for its own options ({', '.join(RESERVED_KWARGS)}); rename "
+            "them in the forward, or wrap the module in one whose forward takes other names"
+        )
+
+
+def _check_keep_alive(tensors: list[torch.Tensor]) -> None:
+    """The Python path's check of keep_alive tensors, the one the C entry makes on the fast path
+    (graphed::unsupported_tensor_reason and the dimension limit)."""
+    for index, tensor in enumerate(tensors):
+        if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
+            continue  # subclasses go through the dispatcher, where their modes see them
+        why = _fastcall.unsupported_reason(tensor)
+        if why is not None:
+            raise TypeError(f"graphed: keep_alive[{index}] {why}")
+        if tensor.dim() > _MAX_DIMS:
+            raise ValueError(
+                f"graphed: keep_alive[{index}] has {tensor.dim()} dimensions; at most {_MAX_DIMS} "
+                "are supported"
+            )
+
+
 def _define_op(schema_tail: str, implementation: Callable) -> str:
     """Registers graphed_models::<name>(...) for every backend (and its fake) and returns its
     qualified name."""
@@ -103,6 +142,7 @@ class GraphedForward:
         capture_context: Callable[[], contextlib.AbstractContextManager] | None = None,
     ) -> None:
         _library.load_library()
+        _check_reserved(module)
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries must be an int of at least 1, got {max_entries!r}")
         if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
@@ -116,9 +156,14 @@ class GraphedForward:
         self.name = name
         self.group = group
         self._capture_context = capture_context
-        # keep_alive objects that are not tensors, by identity, held until reset.
-        self._held_objects: dict[int, Any] = {}
         self._known_disabled = False
+        # Calls of this instance in flight in each thread: a call made from inside its own forward
+        # runs eager (see __call__).
+        self._local = threading.local()
+        # Output templates are pruned to the resident entries when they pass this count.
+        self._max_entries = max_entries
+        self._template_count = 0
+        self._template_limit = 2 * max_entries + 16
         # The call in flight, set by both C entry points under the runner's lock, and the output
         # template of each key (see pyext/gf_fastcall.c).
         self._call_state = _fastcall.CallState(rebuild_output)
@@ -167,20 +212,44 @@ class GraphedForward:
                 f"{self.name}: graphed forwards are keyword-only; got {len(args)} positional "
                 "argument(s)"
             )
-        held_tensors, held_objects = self._split_keep_alive(keep_alive)
-        result = _fastcall.call(
-            self._id, kwargs, variant, pin, static_outputs, self._call_state, held_tensors
-        )
-        for held in held_objects:
-            self._held_objects[id(held)] = held
-        if result is not _FALLBACK:
-            return result
-        tensors, key, spec = flatten_kwargs(kwargs, variant)
-        if not tensors:
+        local = self._local
+        if getattr(local, "in_call", False):
+            # A call from inside this instance's own forward (the forward calls its GraphedForward
+            # again): eager, as the forward would run without graphed; through the core it would
+            # capture inside its own capture.
             return self._eager(kwargs)
-        return _fastcall.call_flat(
-            self._id, self._call_state, key, tensors, spec, held_tensors, pin, static_outputs
-        )
+        held_tensors, held_objects = self._split_keep_alive(keep_alive)
+        local.in_call = True
+        try:
+            result = _fastcall.call(
+                self._id,
+                kwargs,
+                variant,
+                pin,
+                static_outputs,
+                self._call_state,
+                held_tensors,
+                held_objects,
+            )
+            if result is not _FALLBACK:
+                return result
+            tensors, key, spec = flatten_kwargs(kwargs, variant)
+            if not tensors:
+                return self._eager(kwargs)
+            _check_keep_alive(held_tensors)
+            return _fastcall.call_flat(
+                self._id,
+                self._call_state,
+                key,
+                tensors,
+                spec,
+                held_tensors,
+                pin,
+                static_outputs,
+                held_objects,
+            )
+        finally:
+            local.in_call = False
 
     def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The body of the forward operator the core calls for probe, warm-up, capture and eager
@@ -194,18 +263,46 @@ class GraphedForward:
                 "flight (torch.ops.graphed.forward with a key this GraphedForward never saw); call "
                 "the GraphedForward once with these kwargs first"
             )
-        # A dict is the kwargs the C walker took; anything else is the TreeSpec of the Python path.
+        error = state.error
+        if error is not None and not isinstance(error, RuntimeError):
+            # The forward raised an error of its own earlier in this call: it is not run again.
+            raise error
+        # A dict is the kwargs the C walker took, decoded from the call's key (a snapshot made
+        # before any forward ran); anything else is the TreeSpec of the Python path.
         inputs = list(inputs)
         kwargs = (
-            _fastcall.substitute(tree, inputs) if type(tree) is dict else unflatten(tree, inputs)
+            _fastcall.decode(state.key, inputs) if type(tree) is dict else unflatten(tree, inputs)
         )
         phase = _phases.current_phase()
-        with self._context_for_forward(), _phases.forward_in_phase(phase, self, self._state):
-            result = self.module(**kwargs)
+        try:
+            with self._context_for_forward(), _phases.forward_in_phase(phase, self, self._state):
+                result = self.module(**kwargs)
+        except BaseException as raised:
+            state.record_error(raised)
+            if not isinstance(raised, RuntimeError):
+                # Not a capture failure: the caller gets it once, the runner stays enabled.
+                _fastcall.mark_forward_error()
+            _log.debug("graphed: the forward of %s raised", self.name, exc_info=True)
+            raise
         plain = _fastcall.output_template(result)
         template, tensors = plain if plain is not None else flatten_output(result)
-        state.templates.setdefault(state.key, template)
+        self._record_template(state, template)
         return tensors
+
+    def _record_template(self, state: Any, template: Any) -> None:
+        """Records the output template of the call in flight under its key and input shapes (the
+        latest run's: non-tensor outputs of eager runs are not frozen), with the call's non-tensor
+        keep_alive objects, and prunes the templates of evicted entries now and then."""
+        by_shapes = state.templates.get(state.key)
+        if by_shapes is None:
+            by_shapes = state.templates[state.key] = {}
+        if state.shapes not in by_shapes:
+            self._template_count += 1
+        by_shapes[state.shapes] = (template, state.held)
+        if self._template_count > self._template_limit:
+            _fastcall.prune(self._id, state)
+            self._template_count = sum(len(shapes) for shapes in state.templates.values())
+            self._template_limit = max(2 * self._template_count, 2 * self._max_entries + 16)
 
     def _eager(self, kwargs: dict) -> Any:
         with torch.no_grad(), self._context_if_outer_capture():
@@ -241,15 +338,15 @@ class GraphedForward:
         )
 
     @staticmethod
-    def _split_keep_alive(keep_alive: Any) -> tuple[list[torch.Tensor], list[Any]]:
+    def _split_keep_alive(keep_alive: Any) -> tuple[list[torch.Tensor], tuple]:
         """Splits keep_alive into the tensors the native entry holds for its life and the other
         objects, which this object holds until reset or its own end."""
         if keep_alive is None or (type(keep_alive) in (tuple, list) and not keep_alive):
-            return [], []
+            return [], _NO_HELD
         if isinstance(keep_alive, torch.nn.Module):
-            return [*keep_alive.parameters(), *keep_alive.buffers()], []
+            return [*keep_alive.parameters(), *keep_alive.buffers()], _NO_HELD
         if isinstance(keep_alive, torch.Tensor):
-            return [keep_alive], []
+            return [keep_alive], _NO_HELD
         held_tensors: list[torch.Tensor] = []
         others: list[Any] = []
         items = keep_alive.values() if isinstance(keep_alive, dict) else keep_alive
@@ -262,7 +359,7 @@ class GraphedForward:
                 held_tensors.extend([*item.parameters(), *item.buffers()])
             else:
                 others.append(item)
-        return held_tensors, others
+        return held_tensors, tuple(others)
 
     @staticmethod
     def _agreement(group: Any) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -335,9 +432,8 @@ class GraphedForward:
 
     def reset(self) -> None:
         """Drops every captured graph and its buffers; the next call captures again."""
-        torch.ops.graphed.reset(self._id)
-        self._held_objects.clear()
-        self._call_state.templates.clear()
+        _fastcall.reset(self._id, self._call_state)
+        self._template_count = 0
 
     @property
     def runner_id(self) -> int:

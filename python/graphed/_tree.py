@@ -2,8 +2,11 @@
 static buffers a captured CUDA graph reads, so each forward can pick and refresh the right graph.
 
 Only dict, list, tuple and namedtuple are walked. Any other object is an opaque leaf that goes
-into the key by type and repr; one that holds a tensor is rejected, because that tensor would
-keep its capture-time address and never be refreshed on replay.
+into the key by type and repr (a numpy array by dtype, shape and a digest of its bytes, a
+dataclass by every field, since their reprs can be equal for different values); one that holds a
+tensor is rejected, because that tensor would keep its capture-time address and never be
+refreshed on replay. A plain tensor the core cannot take (sparse, nested, meta, quantized,
+storage-less, more than 12 dimensions) is a TypeError or ValueError naming its path.
 
 Plain trees (exact dict/list/tuple, exact tensors, None/bool/int/float/str) are GraphedForward's
 fast path and belong to the C walker (pyext/gf_walker.c), which alone decides their tensor order;
@@ -12,7 +15,9 @@ this module walks the calls and outputs the C walker hands off.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import hashlib
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +98,43 @@ class _Mismatch(_PathError):
     pass
 
 
+class _BadTensor(_PathError):
+    """A tensor the core cannot take; `error_type` is TypeError or ValueError."""
+
+    def __init__(self, what: str, error_type: type[Exception]) -> None:
+        super().__init__(what)
+        self.error_type = error_type
+
+
+_MAX_DIMS = 12
+_unsupported_reason = None
+
+
+def _no_reason(tensor: torch.Tensor) -> None:
+    return None
+
+
+def _check_tensor(tensor: torch.Tensor) -> None:
+    """The check both native paths make (graphed::unsupported_tensor_reason and the dimension
+    limit), for plain tensors; subclasses go through the dispatcher, where their modes see them."""
+    global _unsupported_reason
+    if type(tensor) is not torch.Tensor and type(tensor) is not torch.nn.Parameter:
+        return
+    if _unsupported_reason is None:
+        try:
+            from ._native._graphed_fastcall import unsupported_reason
+        except ImportError:  # this module loaded on its own, without the native library
+            unsupported_reason = _no_reason
+        _unsupported_reason = unsupported_reason
+    why = _unsupported_reason(tensor)
+    if why is not None:
+        raise _BadTensor(why, TypeError)
+    if tensor.dim() > _MAX_DIMS:
+        raise _BadTensor(
+            f"has {tensor.dim()} dimensions; at most {_MAX_DIMS} are supported", ValueError
+        )
+
+
 def _is_namedtuple_type(cls: type) -> bool:
     return issubclass(cls, tuple) and hasattr(cls, "_fields")
 
@@ -103,9 +145,33 @@ def _type_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _key_repr(value: Any) -> str:
+    """The repr a leaf is keyed by: repr, except where two different values share one."""
+    cls = type(value)
+    if cls.__module__ == "numpy" and cls.__name__ == "ndarray":
+        # numpy elides the middle of large arrays in repr.
+        if value.dtype.hasobject:
+            return f"ndarray({_key_repr(value.tolist())})"
+        digest = hashlib.blake2b(value.tobytes(), digest_size=16).hexdigest()
+        return f"ndarray(dtype={value.dtype}, shape={value.shape}, bytes={digest})"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # Fields declared with repr=False are missing from the repr but not from the value.
+        fields = ", ".join(
+            f"{field.name}={_key_repr(getattr(value, field.name))}"
+            for field in dataclasses.fields(value)
+        )
+        return f"{_type_name(cls)}({fields})"
+    if cls in (list, tuple) and any(not isinstance(item, (int, float, str)) for item in value):
+        close = "]" if cls is list else ",)" if len(value) == 1 else ")"
+        return ("[" if cls is list else "(") + ", ".join(_key_repr(item) for item in value) + close
+    if cls is dict:
+        return "{" + ", ".join(f"{key!r}: {_key_repr(item)}" for key, item in value.items()) + "}"
+    return repr(value)
+
+
 def _leaf_token(value: Any) -> str:
     """Length-prefixed `type:repr`, so no repr can be mistaken for structure in the key."""
-    text = f"{_type_name(type(value))}:{value!r}"
+    text = f"{_type_name(type(value))}:{_key_repr(value)}"
     return f"L{len(text)}:{text}"
 
 
@@ -184,10 +250,13 @@ def _check_dict_key(key: Any) -> None:
     raise _PathError(f"dict key {key!r} of type {_type_name(type(key))} is not a primitive")
 
 
-def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str]) -> Any:
-    """Append `value`'s tensors and key tokens; return its spec node."""
+def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str], check: bool = False) -> Any:
+    """Append `value`'s tensors and key tokens; return its spec node. `check`: refuse the tensors
+    the core cannot take (kwargs, not outputs)."""
     cls = type(value)
     if cls is torch.Tensor or isinstance(value, torch.Tensor):
+        if check:
+            _check_tensor(value)
         tensors.append(value)
         parts.append("T")
         return _TENSOR
@@ -202,7 +271,7 @@ def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str]) -> Any:
             _check_dict_key(key)
             parts.append(_leaf_token(key))
             try:
-                children.append(_flatten(value[key], tensors, parts))
+                children.append(_flatten(value[key], tensors, parts, check))
             except _PathError as error:
                 error.segments.append(f"[{key!r}]")
                 raise
@@ -222,7 +291,7 @@ def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str]) -> Any:
         children = []
         for index, item in enumerate(value):
             try:
-                children.append(_flatten(item, tensors, parts))
+                children.append(_flatten(item, tensors, parts, check))
             except _PathError as error:
                 error.segments.append(_item_segment(value, index))
                 raise
@@ -238,7 +307,9 @@ def _item_segment(sequence: Any, index: int) -> str:
     return f".{fields[index]}" if fields and type(sequence) is not tuple else f"[{index}]"
 
 
-def _walk_kwargs(kwargs: dict, variant: Any) -> tuple[list[torch.Tensor], str, tuple]:
+def _walk_kwargs(
+    kwargs: dict, variant: Any, check: bool = False
+) -> tuple[list[torch.Tensor], str, tuple]:
     if type(kwargs) is not dict:
         raise TypeError(f"kwargs must be a dict, got {_type_name(type(kwargs))}")
     for name in kwargs:
@@ -247,7 +318,9 @@ def _walk_kwargs(kwargs: dict, variant: Any) -> tuple[list[torch.Tensor], str, t
     tensors: list[torch.Tensor] = []
     parts = ["V", _leaf_token(variant)]
     try:
-        root = _flatten(kwargs, tensors, parts)
+        root = _flatten(kwargs, tensors, parts, check)
+    except _BadTensor as error:
+        raise error.error_type(f"graphed: {error.path('kwargs')} {error.what}") from None
     except _TensorInObject as error:
         raise TypeError(f"{error.path('kwargs')}: {error.what}; {_WHY_REJECTED}") from None
     except _PathError as error:
@@ -261,7 +334,7 @@ def flatten_kwargs(kwargs: dict, variant: Any = None) -> tuple[list[torch.Tensor
     The key encodes containers, dict keys, lengths, every non-tensor value with its type, and
     `variant`; tensors appear only as placeholders (their dtype and shape are not in it).
     """
-    tensors, key, root = _walk_kwargs(kwargs, variant)
+    tensors, key, root = _walk_kwargs(kwargs, variant, check=True)
     return tensors, key, TreeSpec(root, len(tensors))
 
 
@@ -421,8 +494,8 @@ def copy_into(static: Any, current: Any, *, root: str = "tree") -> int:
 def flatten_output(result: Any) -> tuple[TreeSpec, list[torch.Tensor]]:
     """(spec, tensors) of any forward result, walked as the kwargs are; rebuild_output inverts it.
     An object other than dict/list/tuple/namedtuple that holds a tensor is a TypeError."""
-    tensors, _, spec = flatten_kwargs({"output": result})
-    return spec, tensors
+    tensors, key, root = _walk_kwargs({"output": result}, None)
+    return TreeSpec(root, len(tensors)), tensors
 
 
 def rebuild_output(spec: TreeSpec, outputs: list[torch.Tensor]) -> Any:

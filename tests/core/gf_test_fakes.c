@@ -536,7 +536,9 @@ static void gf_fake_fill_contiguous_strides(gf_tensor *t) {
   int64_t stride = 1;
   for (int32_t d = t->ndim - 1; d >= 0; --d) {
     t->strides[d] = stride;
-    stride *= t->sizes[d];
+    if (__builtin_mul_overflow(stride, t->sizes[d], &stride)) {
+      stride = INT64_MAX; /* huge test sizes: no real stride, but no undefined behaviour */
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // Tests for gf_signature: which differences between two calls make different signatures (and so
 // different graphs), which do not, and that a hash collision never merges two signatures.
 #include "gf_cache.h"
+#include "gf_pool.h"
 #include "gf_signature.h"
 #include "gf_test_fakes.h"
 
@@ -255,3 +256,35 @@ TEST(TensorFacts, SizeOneDimensionsIgnoreTheirStride) {
 }
 
 } // namespace
+
+// Found by tests/fuzz: sizes no real tensor has overflowed int64 in gf_tensor_nbytes (undefined
+// behaviour in C); the products now saturate.
+TEST(TensorFacts, ByteSizesSaturateInsteadOfOverflowing) {
+  gf_tensor t{};
+  t.ndim = 1;
+  t.itemsize = 4;
+  t.sizes[0] = INT64_MAX;
+  EXPECT_EQ(gf_tensor_nbytes(&t), INT64_MAX);
+  t.ndim = 2;
+  t.sizes[1] = -2;
+  EXPECT_EQ(gf_tensor_numel(&t), INT64_MIN);
+  t.sizes[0] = 3;
+  t.sizes[1] = 5;
+  EXPECT_EQ(gf_tensor_nbytes(&t), 60);
+}
+
+// Found by tests/fuzz: the pool's byte sum overflowed int64 with such sizes; it now refuses them.
+TEST(TensorFacts, APoolRefusesATensorWhoseBytesOverflowTheSum) {
+  gf_pool pool{};
+  gf_tensor t{};
+  t.ndim = 1;
+  t.itemsize = 1;
+  t.sizes[0] = INT64_MAX - 2;
+  ASSERT_EQ(gf_pool_add(&pool, &t, nullptr), GF_OK);
+  t.sizes[0] = 5;
+  gf_error err{};
+  EXPECT_EQ(gf_pool_add(&pool, &t, &err), GF_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(pool.count, 1u);
+  EXPECT_EQ(pool.bytes, INT64_MAX - 2);
+  gf_pool_free(&pool, nullptr, nullptr);
+}
