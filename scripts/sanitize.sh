@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Why this exists: the core, the operator tests and the plugin built with AddressSanitizer and
 # UndefinedBehaviorSanitizer in a build of their own (a copy of the tree under build/sanitize/,
-# so the plugin the normal build puts in python/graphed/_native is not replaced), then ctest and
-# the Python suite on the emulated backend against that build, and a short libFuzzer run over
+# installed into build/sanitize/site, apart from the wheel the tests use), then ctest and the
+# Python suite on the emulated backend against that build, and a short libFuzzer run over
 # the signature, the cache and the pools (tests/fuzz/). Prints 'N passed, N failed' for each and
 # exits non-zero if any failed. Usage: bash scripts/sanitize.sh [FUZZ_SECONDS (default 60)]
 set -uo pipefail
@@ -27,11 +27,13 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 echo "== sanitizer build (address, undefined) =="
 cmake -S "$SRC" -B "$OUT/obj" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DPython3_EXECUTABLE="$PYTHON" -DGRAPHED_WITH_CUDA=OFF -DGRAPHED_WITH_XPU=OFF \
+  -DGRAPHED_BUILD_TESTS=ON \
   -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=address,undefined" >"$OUT/cmake.log" 2>&1 &&
-  cmake --build "$OUT/obj" -j2 >>"$OUT/cmake.log" 2>&1
+  cmake --build "$OUT/obj" -j2 >>"$OUT/cmake.log" 2>&1 &&
+  rm -rf "$OUT/site" && cmake --install "$OUT/obj" --prefix "$OUT/site" >>"$OUT/cmake.log" 2>&1
 build_rc=$?
 if ((build_rc != 0)); then
   tail -40 "$OUT/cmake.log"
@@ -74,7 +76,7 @@ UBSAN_LIB=$(${CC:-cc} -print-file-name=libubsan.so)
 # and torch keep allocations for the life of the process).
 LD_PRELOAD="$ASAN_LIB $UBSAN_LIB" \
   ASAN_OPTIONS=detect_leaks=0:protect_shadow_gap=0:allocator_may_return_null=1 \
-  PYTHONPATH="$SRC/python" "$PYTHON" -m pytest "$SRC/tests/python" -q -p no:cacheprovider \
+  PYTHONPATH="$OUT/site" "$PYTHON" -m pytest "$SRC/tests/python" -q -p no:cacheprovider \
   -m "not gpu" -x >"$OUT/pytest.log" 2>&1
 pytest_rc=$?
 tail -3 "$OUT/pytest.log"

@@ -50,6 +50,9 @@ command -v "$PYTHON" >/dev/null 2>&1 || missing+=(python3)
 if [[ ! -x $VENV/bin/python ]] && ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
   missing+=(python3-venv)
 fi
+if ((want_tests)) && ! command -v clang >/dev/null 2>&1; then
+  missing+=(clang) # the sanitizer build's libFuzzer target (scripts/sanitize.sh)
+fi
 if ((want_tests)) && ! have_gtest; then
   missing+=(libgtest-dev)
 fi

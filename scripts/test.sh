@@ -4,7 +4,7 @@
 # that holds only torch, pytest and numpy (build/test-venv, as a user's would), runs the
 # GoogleTest suites through ctest from the wheel's build dir and the Python suite through pytest
 # against the installed package, prints each runner's counts and a combined closing line, and
-# exits non-zero if either runner failed.
+# exits non-zero if either runner failed. It also runs scripts/sanitize.sh (ASan+UBSan, a fuzz run).
 # CI runs it through .ci/run. Extra arguments go to pytest (for example -k NAME or -m gpu).
 set -euo pipefail
 
@@ -75,6 +75,15 @@ GRAPHED_EXPECT_INSTALLED=1 "$TEST_VENV/bin/python" -m pytest "$ROOT/tests/python
 if ((pytest_rc == 5)); then
   echo "[test] pytest collected no tests"
 elif ((pytest_rc != 0)); then
+  status=1
+fi
+
+# The core, the op tests and the Python suite again under ASan+UBSan, and a short fuzz run.
+echo
+echo "== sanitizers and fuzzing =="
+sanitize_rc=0
+(cd "$ROOT" && bash scripts/sanitize.sh 60) || sanitize_rc=$?
+if ((sanitize_rc != 0)); then
   status=1
 fi
 
