@@ -55,6 +55,13 @@ _ENTRY_FIELDS = (
 )
 
 
+def _is_callers_error(raised: BaseException) -> bool:
+    """An exception of the forward's own (a ValueError, a KeyboardInterrupt) or an out-of-memory,
+    as opposed to a RuntimeError a capture raises for what it forbids: the caller gets it as
+    eager would raise it, once, and the runner stays enabled (a smaller key may still capture)."""
+    return not isinstance(raised, RuntimeError) or isinstance(raised, torch.OutOfMemoryError)
+
+
 def runner_stats(runner_id: int) -> dict[str, Any]:
     """stats() of any runner id (GraphedForward and graphed.Runner share it)."""
     counters, backend, reason = torch.ops.graphed.stats(runner_id)
@@ -212,6 +219,10 @@ class GraphedForward:
                 f"{self.name}: graphed forwards are keyword-only; got {len(args)} positional "
                 "argument(s)"
             )
+        if torch.compiler.is_compiling():
+            # torch.compile or torch.export is tracing the caller: it sees the module itself
+            # (its weights, its operations), with no opaque call in between.
+            return self.module(**kwargs)
         local = self._local
         if getattr(local, "in_call", False):
             # A call from inside this instance's own forward (the forward calls its GraphedForward
@@ -264,7 +275,7 @@ class GraphedForward:
                 "the GraphedForward once with these kwargs first"
             )
         error = state.error
-        if error is not None and not isinstance(error, RuntimeError):
+        if error is not None and _is_callers_error(error):
             # The forward raised an error of its own earlier in this call: it is not run again.
             raise error
         # A dict is the kwargs the C walker took, decoded from the call's key (a snapshot made
@@ -279,7 +290,7 @@ class GraphedForward:
                 result = self.module(**kwargs)
         except BaseException as raised:
             state.record_error(raised)
-            if not isinstance(raised, RuntimeError):
+            if _is_callers_error(raised):
                 # Not a capture failure: the caller gets it once, the runner stays enabled.
                 _fastcall.mark_forward_error()
             _log.debug("graphed: the forward of %s raised", self.name, exc_info=True)
