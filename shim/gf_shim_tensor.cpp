@@ -83,17 +83,19 @@ const char *unsupported_tensor_reason(const at::Tensor &t) {
 
 gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense) {
   const at::Tensor *view = &t;
-  // Copies are normal tensors even under inference_mode, so that a forward's in-place write to
-  // one is seen (by its version counter) and copied back to t.
-  c10::InferenceMode normal_tensors(false);
   if (!needs_dense_copy(t)) {
-    // described as it is
+    // Described as it is: the common case takes no guard and makes no copy (an inference-mode
+    // guard per tensor was a per-tensor host cost in the benchmark; see docs/benchmarks.md).
   } else if (t.is_conj() || t.is_neg()) {
+    // Copies are normal tensors even under inference_mode, so that a forward's in-place write
+    // to one is seen (by its version counter) and copied back to t.
+    c10::InferenceMode normal_tensors(false);
     // A lazily conjugated or negated view: the bytes are the unconjugated ones; the core copies
     // bytes, so it gets the resolved values.
     dense.push_back(t.resolve_conj().resolve_neg().contiguous());
     view = &dense.back();
   } else {
+    c10::InferenceMode normal_tensors(false);
     dense.push_back(t.contiguous());
     view = &dense.back();
   }
