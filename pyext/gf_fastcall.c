@@ -139,9 +139,24 @@ static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *erro
   Py_RETURN_NONE;
 }
 
+/* set_shapes(bytes): the input shapes of the call in flight, when its entry point left them to be
+ * computed by the forward that needs them (see gf_shapes_if_needed). */
+static PyObject *gf_call_state_set_shapes(gf_call_state *state, PyObject *shapes) {
+  if (!PyBytes_CheckExact(shapes)) {
+    PyErr_SetString(PyExc_TypeError, "CallState.set_shapes(bytes)");
+    return NULL;
+  }
+  if (state->shapes != NULL) {
+    Py_SETREF(state->shapes, Py_NewRef(shapes));
+  }
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef gf_call_state_methods[] = {
     {"record_error", (PyCFunction)gf_call_state_record_error, METH_O,
      "record_error(exception): the forward's exception, re-raised to the caller of the call"},
+    {"set_shapes", (PyCFunction)gf_call_state_set_shapes, METH_O,
+     "set_shapes(bytes): the input shapes of the call in flight, computed by its forward"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -164,9 +179,16 @@ static PyTypeObject gf_call_state_type = {
 static PyObject *gf_outputs_of_call(gf_call_state *state, PyObject *key, PyObject *shapes,
                                     PyObject *outputs) {
   PyObject *by_shapes = PyDict_GetItemWithError(state->templates, key);
-  PyObject *entry = by_shapes != NULL && PyDict_CheckExact(by_shapes)
-                        ? PyDict_GetItemWithError(by_shapes, shapes)
-                        : NULL;
+  PyObject *entry = NULL;
+  if (by_shapes != NULL && PyDict_CheckExact(by_shapes)) {
+    Py_ssize_t position = 0;
+    PyObject *only_shapes = NULL;
+    if (shapes == Py_None && PyDict_GET_SIZE(by_shapes) == 1) {
+      PyDict_Next(by_shapes, &position, &only_shapes, &entry); /* the key's one template */
+    } else {
+      entry = PyDict_GetItemWithError(by_shapes, shapes);
+    }
+  }
   if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
     if (!PyErr_Occurred()) {
       PyErr_SetString(PyExc_RuntimeError,
@@ -245,6 +267,21 @@ static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_i
   return rebuilt;
 }
 
+/* The shapes bytes of the call's inputs, or None when they are not needed: the key has exactly
+ * one output template, which is then the call's (a hit replays an entry whose template was kept,
+ * and a forward that records another for new shapes makes two). Building and hashing the shapes
+ * on every hit was a per-tensor host cost (about 0.7 us a call at 64 inputs on an H200 host). */
+static PyObject *gf_shapes_if_needed(gf_call_state *state, PyObject *key, const gf_walk *walk) {
+  PyObject *by_shapes = PyDict_GetItemWithError(state->templates, key);
+  if (by_shapes != NULL && PyDict_CheckExact(by_shapes) && PyDict_GET_SIZE(by_shapes) == 1) {
+    return Py_NewRef(Py_None);
+  }
+  if (PyErr_Occurred()) {
+    return NULL;
+  }
+  return gf_walk_shapes(walk->tensors, walk->tensor_count);
+}
+
 static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_state *state,
                                      PyObject *kwargs, PyObject *variant, PyObject *keep_alive,
                                      PyObject *held, int pin, int static_outputs) {
@@ -257,7 +294,7 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_s
     return Py_NewRef(gf_fallback);
   }
   PyObject *key = PyBytes_FromStringAndSize((const char *)walk->key, (Py_ssize_t)walk->key_length);
-  PyObject *shapes = key != NULL ? gf_walk_shapes(walk->tensors, walk->tensor_count) : NULL;
+  PyObject *shapes = key != NULL ? gf_shapes_if_needed(state, key, walk) : NULL;
   if (shapes == NULL) {
     Py_XDECREF(key);
     gf_walk_release(walk);
@@ -268,6 +305,15 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_s
   gf_error err = {0};
   gf_status status =
       gf_fast_call_runner(walk, runner_id, &call, keep_alive, pin, static_outputs, &outputs, &err);
+  if (call.shapes == Py_None && status == GF_OK) {
+    /* A forward of this call may have recorded a second template for the key. */
+    PyObject *needed = gf_shapes_if_needed(state, key, walk);
+    if (needed == NULL) {
+      status = gf_error_set(&err, GF_ERR_NO_MEMORY, "graphed: out of memory for the shapes");
+    } else {
+      Py_SETREF(call.shapes, needed);
+    }
+  }
   gf_walk_release(walk); /* the inputs' references, held for the whole call */
   return gf_finish_call(status, &err, &call, outputs);
 }
@@ -334,6 +380,15 @@ static PyObject *gf_shapes_of_list(PyObject *tensors) {
   }
   free(shapes);
   return bytes;
+}
+
+static PyObject *gf_shapes_of_list_checked(PyObject *self, PyObject *tensors) {
+  (void)self;
+  if (!PyList_CheckExact(tensors)) {
+    PyErr_SetString(PyExc_TypeError, "_graphed_fastcall.shapes_of(tensors: list)");
+    return NULL;
+  }
+  return gf_shapes_of_list(tensors);
 }
 
 /* call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) ->
@@ -516,6 +571,8 @@ static PyMethodDef gf_fastcall_methods[] = {
      "reset(runner_id, state): drops the graphs and the templates under the runner's lock"},
     {"prune", (PyCFunction)(void (*)(void))gf_prune, METH_FASTCALL,
      "prune(runner_id, state): drops the templates of entries the cache no longer holds"},
+    {"shapes_of", (PyCFunction)gf_shapes_of_list_checked, METH_O,
+     "shapes_of(tensors: list) -> bytes: the shapes key of a call's input tensors"},
     {"mark_forward_error", gf_mark_forward_error, METH_NOARGS,
      "mark_forward_error(): the running forward raised an error of its own"},
     {"unsupported_reason", gf_unsupported_reason, METH_O,

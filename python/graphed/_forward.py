@@ -297,19 +297,24 @@ class GraphedForward:
             raise
         plain = _fastcall.output_template(result)
         template, tensors = plain if plain is not None else flatten_output(result)
-        self._record_template(state, template)
+        self._record_template(state, template, inputs)
         return tensors
 
-    def _record_template(self, state: Any, template: Any) -> None:
+    def _record_template(self, state: Any, template: Any, inputs: list[torch.Tensor]) -> None:
         """Records the output template of the call in flight under its key and input shapes (the
         latest run's: non-tensor outputs of eager runs are not frozen), with the call's non-tensor
         keep_alive objects, and prunes the templates of evicted entries now and then."""
+        shapes = state.shapes
+        if shapes is None:
+            # The entry point left the shapes to the forward that needs them (see gf_fastcall.c).
+            shapes = _fastcall.shapes_of(inputs)
+            state.set_shapes(shapes)
         by_shapes = state.templates.get(state.key)
         if by_shapes is None:
             by_shapes = state.templates[state.key] = {}
-        if state.shapes not in by_shapes:
+        if shapes not in by_shapes:
             self._template_count += 1
-        by_shapes[state.shapes] = (template, state.held)
+        by_shapes[shapes] = (template, state.held)
         if self._template_count > self._template_limit:
             _fastcall.prune(self._id, state)
             self._template_count = sum(len(shapes) for shapes in state.templates.values())
