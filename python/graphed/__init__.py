@@ -7,6 +7,7 @@ from ._fake import register_fakes as _register_fakes
 from ._forward import GraphedForward
 from ._library import backend, library_path, load_library
 from ._platform import CUDAGraphedForward, XPUGraphedForward, get_graphed_forward_cls
+from ._runner import Runner
 from ._tree import clone_static, copy_into, flatten_kwargs, kwargs_signature, unflatten
 from ._version import __version__ as __version__
 
@@ -16,6 +17,7 @@ _register_fakes()
 __all__ = [
     "CUDAGraphedForward",
     "GraphedForward",
+    "Runner",
     "XPUGraphedForward",
     "backend",
     "clone_static",

@@ -148,6 +148,13 @@ class GraphedForward:
         enabled: bool = True,
         capture_context: Callable[[], contextlib.AbstractContextManager] | None = None,
     ) -> None:
+        """Wraps `module` (any callable taking keyword arguments) for `device`.
+
+        max_entries bounds the cached graphs (least recently used evicted first, pinned never);
+        warmup_iters forwards run before each first capture; `group` (a process group) makes
+        capture outcomes agreed across its ranks; `name` appears in logs and stats; enabled=False
+        runs every call eagerly; capture_context, if given, is entered around the forwards graphed
+        runs for probe, warm-up and capture."""
         _library.load_library()
         _check_reserved(module)
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
@@ -214,6 +221,11 @@ class GraphedForward:
         static_outputs: bool = False,
         **kwargs: Any,
     ) -> Any:
+        """Calls the module with `kwargs` through the graph of their key, capturing it first if
+        needed. `variant` is one more value of the key; `keep_alive` tensors (or a module's
+        parameters and buffers) are held by the entry a capture creates; pin=True keeps that
+        entry from eviction; static_outputs=True returns the graph's own output buffers, which
+        the next replay overwrites. Returns what the module returns, with fresh tensors."""
         if args:
             raise TypeError(
                 f"{self.name}: graphed forwards are keyword-only; got {len(args)} positional "
@@ -382,7 +394,7 @@ class GraphedForward:
         def agree(ok: torch.Tensor) -> torch.Tensor:
             import torch.distributed as dist
 
-            device = "cpu"
+            device: str | torch.device = "cpu"
             if dist.get_backend(group) == "nccl":
                 device = torch.device("cuda", torch.cuda.current_device())
             flag = ok.to(device=device, dtype=torch.int32).clone()

@@ -40,7 +40,7 @@ class RunnerLog:
 
     def __init__(self, name: str) -> None:
         self.name = f"runner '{name}'"
-        self.recent = collections.deque(maxlen=_RECENT_KEYS)
+        self.recent: collections.deque[str] = collections.deque(maxlen=_RECENT_KEYS)
         self.warned = False
 
     def event(

@@ -278,6 +278,7 @@ def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str], check: b
         parts.append("}")
         return (_DICT, keys, tuple(children))
     if cls is list or cls is tuple or _is_namedtuple_type(cls):
+        node_head: tuple[Any, ...]
         if cls is list:
             node_head, close_token = (_LIST,), "]"
             parts.append("[")

@@ -1,0 +1,114 @@
+"""graphed.Runner: the operator path as a Python object, for code that has its own forward
+operator (a `(Tensor[] inputs) -> Tensor[]` registered with torch.library or TORCH_LIBRARY) and
+flattens its inputs itself. It owns one runner of the native core: keys are the caller's
+strings, inputs a list of tensors, outputs a list of tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from . import _library
+from ._forward import runner_entries, runner_stats
+
+
+class Runner:
+    """One runner of `forward_op` ("namespace::name") on `device`.
+
+    `forward(key, inputs)` captures a graph the first time a key (with these input dtypes and
+    shapes) is seen and replays it afterwards; with no graph-capable device, or after any
+    failure, it runs the operator eagerly. Use it as a context manager, or call `close()`, to
+    free its graphs and buffers; a closed runner raises ValueError."""
+
+    def __init__(
+        self,
+        forward_op: str,
+        *,
+        device: torch.device | str | int,
+        max_entries: int = 16,
+        warmup_iters: int = 2,
+        enabled: bool = True,
+        group_agree_op: str | None = None,
+        name: str = "runner",
+    ) -> None:
+        _library.load_library()
+        self.forward_op = forward_op
+        self.device = torch.device(device)
+        self.name = name
+        self._id: int | None = torch.ops.graphed.create(
+            name,
+            forward_op,
+            self.device,
+            max_entries,
+            warmup_iters,
+            enabled,
+            group_agree_op,
+        )
+
+    @property
+    def runner_id(self) -> int:
+        """The id torch.ops.graphed.* take for this runner."""
+        if self._id is None:
+            raise ValueError(f"graphed: runner '{self.name}' is closed")
+        return self._id
+
+    def forward(
+        self,
+        key: str,
+        inputs: list[torch.Tensor],
+        *,
+        keep_alive: Sequence[torch.Tensor] = (),
+        pin: bool = False,
+        static_outputs: bool = False,
+    ) -> list[torch.Tensor]:
+        """Runs the forward operator on `inputs` through a graph keyed by `key` and the inputs'
+        dtypes, devices and shapes; returns its outputs (fresh tensors unless static_outputs)."""
+        return torch.ops.graphed.forward(
+            self.runner_id, key, list(inputs), list(keep_alive), pin, static_outputs
+        )
+
+    def stats(self) -> dict[str, Any]:
+        """The runner's counters (see GraphedForward.stats)."""
+        return runner_stats(self.runner_id)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """The cached graphs (see GraphedForward.entries)."""
+        return runner_entries(self.runner_id)
+
+    def disable(self, reason: str) -> None:
+        """Disables graph replay for good; calls run the operator eagerly."""
+        torch.ops.graphed.disable(self.runner_id, str(reason))
+
+    def reset(self) -> None:
+        """Drops every graph and buffer; the next call of each key captures again."""
+        torch.ops.graphed.reset(self.runner_id)
+
+    def close(self) -> None:
+        """Frees the runner's graphs and buffers; later calls raise ValueError. Idempotent."""
+        if self._id is not None:
+            runner_id, self._id = self._id, None
+            torch.ops.graphed.destroy(runner_id)
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001  (interpreter shutdown: torch may be gone)
+            pass
+
+    def __repr__(self) -> str:
+        if self._id is None:
+            return f"Runner({self.forward_op!r}, name={self.name!r}, closed)"
+        stats = self.stats()
+        return (
+            f"Runner({self.forward_op!r}, name={self.name!r}, device={self.device}, "
+            f"graphs={stats['graphs']}, captures={stats['captures']}, "
+            f"replays={stats['replays']}, enabled={stats['enabled']})"
+        )

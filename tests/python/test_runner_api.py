@@ -1,0 +1,59 @@
+"""graphed.Runner, the operator path as an object: it captures once per key and shape on the
+emulated backend, lists its entries, closes (also as a context manager) and refuses use after
+close; torch.ops.graphed.create has schema defaults; destroying an id that is not live is a
+ValueError; GraphedForward forwards attribute access to its module and has a readable repr."""
+
+from __future__ import annotations
+
+import graphed
+import pytest
+import torch
+
+_library = torch.library.Library("graphed_runner_api_test", "DEF")
+_library.define("double(Tensor[] inputs) -> Tensor[]")
+_library.impl("double", lambda inputs: [inputs[0] * 2], "CompositeExplicitAutograd")
+
+
+def test_runner_captures_per_key_and_closes(emulated_backend):
+    with graphed.Runner("graphed_runner_api_test::double", device="cpu", name="doubler") as runner:
+        x = torch.arange(4.0)
+        (y,) = runner.forward("k", [x])
+        torch.testing.assert_close(y, x * 2)
+        runner.forward("k", [x + 1])
+        stats = runner.stats()
+        assert (stats["captures"], stats["replays"]) == (1, 2)
+        (entry,) = runner.entries()
+        assert entry["shapes"] == "f32[4]" and entry["replays"] == 2
+        assert "doubler" in repr(runner)
+    with pytest.raises(ValueError, match="closed"):
+        runner.forward("k", [x])
+    runner.close()  # idempotent
+
+
+def test_create_has_schema_defaults_and_destroy_refuses_unknown_ids():
+    runner_id = torch.ops.graphed.create(
+        "defaults", "graphed_runner_api_test::double", torch.device("cpu")
+    )
+    torch.ops.graphed.destroy(runner_id)
+    with pytest.raises(ValueError, match=f"no runner with id {runner_id} to destroy"):
+        torch.ops.graphed.destroy(runner_id)
+
+
+class WithConfig(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 3.0
+        self.linear = torch.nn.Linear(2, 2)
+
+    def forward(self, *, x):
+        return self.linear(x) * self.scale
+
+
+def test_graphed_forward_forwards_attributes_and_has_a_repr():
+    gf = graphed.GraphedForward(WithConfig(), device="cpu", name="configured")
+    assert gf.scale == 3.0
+    assert gf.linear.weight.shape == (2, 2)
+    with pytest.raises(AttributeError):
+        _ = gf.no_such_attribute
+    text = repr(gf)
+    assert text.startswith("GraphedForward(WithConfig, name='configured', device=cpu")
