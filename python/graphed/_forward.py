@@ -62,6 +62,26 @@ def _is_callers_error(raised: BaseException) -> bool:
     return not isinstance(raised, RuntimeError) or isinstance(raised, torch.OutOfMemoryError)
 
 
+def agreement_over(
+    group: Any, device_collectives: str, device_type: str, current_device: Callable[[], int]
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The body of the agreement operator: the MIN of each rank's capture outcome over `group`,
+    on the current device when the group's backend is the device's (`device_collectives`, e.g.
+    "nccl" for "cuda"), else on the CPU."""
+
+    def agree(ok: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        device: str | torch.device = "cpu"
+        if dist.get_backend(group) == device_collectives:
+            device = torch.device(device_type, current_device())
+        flag = ok.to(device=device, dtype=torch.int32).clone()
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+        return flag.cpu()
+
+    return agree
+
+
 def runner_stats(runner_id: int) -> dict[str, Any]:
     """stats() of any runner id (GraphedForward and graphed.Runner share it)."""
     counters, backend, reason = torch.ops.graphed.stats(runner_id)
@@ -391,17 +411,7 @@ class GraphedForward:
 
     @staticmethod
     def _agreement(group: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-        def agree(ok: torch.Tensor) -> torch.Tensor:
-            import torch.distributed as dist
-
-            device: str | torch.device = "cpu"
-            if dist.get_backend(group) == "nccl":
-                device = torch.device("cuda", torch.cuda.current_device())
-            flag = ok.to(device=device, dtype=torch.int32).clone()
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
-            return flag.cpu()
-
-        return agree
+        return agreement_over(group, "nccl", "cuda", torch.cuda.current_device)
 
     def _warn_if_unavailable(self) -> None:
         global _warned_unavailable

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ._forward import GraphedForward
+from ._forward import GraphedForward, agreement_over
 from ._library import backend
 
 __all__ = ["CUDAGraphedForward", "XPUGraphedForward", "get_graphed_forward_cls"]
@@ -51,17 +51,7 @@ class XPUGraphedForward(GraphedForward):
 
     @staticmethod
     def _agreement(group: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-        def agree(ok: torch.Tensor) -> torch.Tensor:
-            import torch.distributed as dist
-
-            device: Any = "cpu"
-            if dist.get_backend(group) == "xccl":
-                device = torch.device("xpu", torch.xpu.current_device())
-            flag = ok.to(device=device, dtype=torch.int32).clone()
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
-            return flag.cpu()
-
-        return agree
+        return agreement_over(group, "xccl", "xpu", lambda: torch.xpu.current_device())
 
 
 def get_graphed_forward_cls() -> type[GraphedForward]:
