@@ -23,8 +23,6 @@ import json
 import logging
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
 import traceback
@@ -36,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import graphed  # noqa: E402
 import torch  # noqa: E402
+from graphed._doctor import driver_version  # noqa: E402
 from report import write_plot, write_report  # noqa: E402
 from targets import evaluate  # noqa: E402
 from timing import choose_host_clock  # noqa: E402
@@ -95,31 +94,6 @@ def _parse_args() -> argparse.Namespace:
 # -- the machine ------------------------------------------------------------------------------
 
 
-def _driver_version() -> str:
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run(
-                [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=True,
-            ).stdout.strip()
-            if out:
-                return out.splitlines()[0].strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        version = pynvml.nvmlSystemGetDriverVersion()
-        return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:  # pynvml missing or failing: say so
-        return "unknown (no nvidia-smi or pynvml answer)"
-
-
 def _meta(args: argparse.Namespace, on_gpu: bool) -> dict:
     backend, why = graphed.backend()
     meta = {
@@ -135,7 +109,7 @@ def _meta(args: argparse.Namespace, on_gpu: bool) -> dict:
     }
     if on_gpu:
         meta["device_name"] = torch.cuda.get_device_name(0)
-        meta["driver"] = _driver_version()
+        meta["driver"] = driver_version()
         meta["gpu_count"] = torch.cuda.device_count()
     else:
         meta["device_name"] = f"CPU only ({platform.processor() or platform.machine()})"

@@ -24,21 +24,31 @@ def _line(label: str, value: object) -> None:
     print(f"  {label:<22} {value}")
 
 
-def _driver_version() -> str:
+def driver_version() -> str:
+    """The NVIDIA driver's version, from nvidia-smi, else pynvml, else why not (the doctor and
+    the benchmark's report both print it)."""
     smi = shutil.which("nvidia-smi")
-    if not smi:
-        return "unknown (no nvidia-smi)"
+    if smi:
+        try:
+            out = subprocess.run(
+                [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout.strip()
+            if out:
+                return out.splitlines()[0].strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
     try:
-        out = subprocess.run(
-            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"unknown ({error})"
-    lines = out.stdout.strip().splitlines()
-    return lines[0].strip() if out.returncode == 0 and lines else "unknown (nvidia-smi failed)"
+        import pynvml
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # pynvml missing or failing: say so
+        return "unknown (no nvidia-smi or pynvml answer)"
 
 
 class _Tiny:
@@ -114,7 +124,7 @@ def doctor() -> int:
         _line("torch", f"not importable: {error}")
         return 1
     _line("torch", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})")
-    _line("NVIDIA driver", _driver_version())
+    _line("NVIDIA driver", driver_version())
 
     from . import _library
 
