@@ -1,8 +1,11 @@
 """Flatten keyword-argument trees into tensors plus a hashable skeleton, and copy them into the
 static buffers a captured CUDA graph reads, so each forward can pick and refresh the right graph.
 
-Only dict, list, tuple and namedtuple are walked. Any other object is an opaque leaf that goes
-into the key by type and repr (a numpy array by dtype, shape and a digest of its bytes, a
+dict, list, tuple and namedtuple are walked, and so is every container type registered with
+torch.utils._pytree (transformers' and diffusers' ModelOutput, OrderedDict, defaultdict, deque,
+torch.return_types, dataclasses registered with register_dataclass): keyed by its type and
+pytree context, rebuilt through its registered unflatten. Any other object is an opaque leaf that
+goes into the key by type and repr (a numpy array by dtype, shape and a digest of its bytes, a
 dataclass by every field, since their reprs can be equal for different values); one that holds a
 tensor is rejected, because that tensor would keep its capture-time address and never be
 refreshed on replay. A plain tensor the core cannot take (sparse, nested, meta, quantized,
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 __all__ = [
     "TreeSpec",
@@ -62,12 +66,13 @@ _NOT_SEARCHED = (
 _MAX_SEARCH_DEPTH = 8
 _WHY_REJECTED = (
     "its tensors would keep their capture-time address and not be refreshed on replay; "
-    "pass the tensor through a dict, list or tuple, or through keep_alive"
+    "pass the tensor through a dict, list or tuple, register its type with "
+    "torch.utils._pytree, or pass it through keep_alive"
 )
 
 # Spec nodes: _TENSOR marks a tensor slot; all others are tuples tagged by their first item.
 _TENSOR = None
-_LEAF, _DICT, _LIST, _TUPLE, _NAMEDTUPLE = range(5)
+_LEAF, _DICT, _LIST, _TUPLE, _NAMEDTUPLE, _PYTREE = range(6)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -250,6 +255,27 @@ def _check_dict_key(key: Any) -> None:
     raise _PathError(f"dict key {key!r} of type {_type_name(type(key))} is not a primitive")
 
 
+def _pytree_node(cls: type) -> Any:
+    """The torch.utils._pytree registration of a container type the walk does not know by name
+    (ModelOutput, OrderedDict, a registered dataclass), or None. torch.Size is registered too,
+    but stays a leaf."""
+    return None if cls in _PRIMITIVE_TYPES else pytree.SUPPORTED_NODES.get(cls)
+
+
+def _pytree_children(node: Any, value: Any) -> tuple[list[Any], Any, list[str]]:
+    """(children, context, path segment of each child) of a registered container. The context is
+    flatten_fn's, the one unflatten_fn takes (flatten_with_keys_fn may return another one, as
+    register_dataclass's does), so the keyed flatten only names the children."""
+    children, context = node.flatten_fn(value)
+    children = list(children)
+    segments = [f"[{index}]" for index in range(len(children))]
+    if node.flatten_with_keys_fn is not None:
+        keyed, _ = node.flatten_with_keys_fn(value)
+        if len(keyed) == len(children):
+            segments = [str(key) for key, _ in keyed]
+    return children, context, segments
+
+
 def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str], check: bool = False) -> Any:
     """Append `value`'s tensors and key tokens; return its spec node. `check`: refuse the tensors
     the core cannot take (kwargs, not outputs)."""
@@ -298,6 +324,22 @@ def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str], check: b
                 raise
         parts.append(close_token)
         return (*node_head, tuple(children))
+    node = _pytree_node(cls)
+    if node is not None:
+        items, context, segments = _pytree_children(node, value)
+        name = _type_name(cls)
+        parts.append(f"P{len(name)}:{name}")
+        parts.append(_leaf_token(context))
+        parts.append("<")
+        children = []
+        for item, segment in zip(items, segments, strict=True):
+            try:
+                children.append(_flatten(item, tensors, parts, check))
+            except _PathError as error:
+                error.segments.append(segment)
+                raise
+        parts.append(">")
+        return (_PYTREE, node, context, tuple(children))
     _reject_if_holds_tensor(value)
     parts.append(_leaf_token(value))
     return (_LEAF, value)
@@ -308,6 +350,20 @@ def _item_segment(sequence: Any, index: int) -> str:
     return f".{fields[index]}" if fields and type(sequence) is not tuple else f"[{index}]"
 
 
+def _walk(value: Any, parts: list[str], root: str, check: bool) -> tuple[list[torch.Tensor], Any]:
+    """(tensors, spec node) of `value`; refusals become TypeError/ValueError naming the path from
+    `root` ("kwargs", "the forward's output")."""
+    tensors: list[torch.Tensor] = []
+    try:
+        return tensors, _flatten(value, tensors, parts, check)
+    except _BadTensor as error:
+        raise error.error_type(f"graphed: {error.path(root)} {error.what}") from None
+    except _TensorInObject as error:
+        raise TypeError(f"{error.path(root)}: {error.what}; {_WHY_REJECTED}") from None
+    except _PathError as error:
+        raise TypeError(f"{error.path(root)}: {error.what}") from None
+
+
 def _walk_kwargs(
     kwargs: dict, variant: Any, check: bool = False
 ) -> tuple[list[torch.Tensor], str, tuple]:
@@ -316,16 +372,8 @@ def _walk_kwargs(
     for name in kwargs:
         if type(name) is not str:
             raise TypeError(f"kwargs keys must be str, got {name!r} ({_type_name(type(name))})")
-    tensors: list[torch.Tensor] = []
     parts = ["V", _leaf_token(variant)]
-    try:
-        root = _flatten(kwargs, tensors, parts, check)
-    except _BadTensor as error:
-        raise error.error_type(f"graphed: {error.path('kwargs')} {error.what}") from None
-    except _TensorInObject as error:
-        raise TypeError(f"{error.path('kwargs')}: {error.what}; {_WHY_REJECTED}") from None
-    except _PathError as error:
-        raise TypeError(f"{error.path('kwargs')}: {error.what}") from None
+    tensors, root = _walk(kwargs, parts, "kwargs", check)
     return tensors, "".join(parts), root
 
 
@@ -351,11 +399,14 @@ def _rebuild(node: Any, tensors: Any) -> Any:
         return [_rebuild(child, tensors) for child in node[1]]
     if tag == _TUPLE:
         return tuple([_rebuild(child, tensors) for child in node[1]])
+    if tag == _PYTREE:
+        return node[1].unflatten_fn([_rebuild(child, tensors) for child in node[3]], node[2])
     return node[1](*[_rebuild(child, tensors) for child in node[2]])
 
 
-def unflatten(spec: TreeSpec, tensors: list[torch.Tensor]) -> dict:
-    """Rebuild the kwargs dict `spec` came from, with `tensors` in the tensor slots."""
+def unflatten(spec: TreeSpec, tensors: list[torch.Tensor]) -> Any:
+    """Rebuild the tree (a kwargs dict, an output) `spec` came from, with `tensors` in the tensor
+    slots."""
     if len(tensors) != spec.num_tensors:
         raise ValueError(f"spec has {spec.num_tensors} tensor slots, got {len(tensors)} tensors")
     return _rebuild(spec.root, iter(tensors))
@@ -393,6 +444,17 @@ def _clone(value: Any) -> Any:
         if cls is list:
             return items
         return tuple(items) if cls is tuple else cls(*items)
+    node = _pytree_node(cls)
+    if node is not None:
+        children, context, segments = _pytree_children(node, value)
+        cloned_children = []
+        for item, segment in zip(children, segments, strict=True):
+            try:
+                cloned_children.append(_clone(item))
+            except _PathError as error:
+                error.segments.append(segment)
+                raise
+        return node.unflatten_fn(cloned_children, context)
     _reject_if_holds_tensor(value)
     return value
 
@@ -454,6 +516,26 @@ def _pair(static: Any, current: Any, dsts: list, srcs: list) -> None:
                 error.segments.append(_item_segment(static, index))
                 raise
         return
+    node = _pytree_node(cls)
+    if node is not None:
+        static_children, static_context, segments = _pytree_children(node, static)
+        current_children, current_context, _ = _pytree_children(node, current)
+        if _leaf_token(static_context) != _leaf_token(current_context) or len(
+            static_children
+        ) != len(current_children):
+            raise _Mismatch(
+                f"{_type_name(cls)} structure differs: static {static_context!r}, "
+                f"current {current_context!r}"
+            )
+        for static_item, current_item, segment in zip(
+            static_children, current_children, segments, strict=True
+        ):
+            try:
+                _pair(static_item, current_item, dsts, srcs)
+            except _PathError as error:
+                error.segments.append(segment)
+                raise
+        return
     if static is current:
         return
     _reject_if_holds_tensor(current)
@@ -495,10 +577,10 @@ def copy_into(static: Any, current: Any, *, root: str = "tree") -> int:
 def flatten_output(result: Any) -> tuple[TreeSpec, list[torch.Tensor]]:
     """(spec, tensors) of any forward result, walked as the kwargs are; rebuild_output inverts it.
     An object other than dict/list/tuple/namedtuple that holds a tensor is a TypeError."""
-    tensors, key, root = _walk_kwargs({"output": result}, None)
+    tensors, root = _walk(result, [], "the forward's output", check=False)
     return TreeSpec(root, len(tensors)), tensors
 
 
 def rebuild_output(spec: TreeSpec, outputs: list[torch.Tensor]) -> Any:
     """The inverse of flatten_output."""
-    return unflatten(spec, outputs)["output"]
+    return unflatten(spec, outputs)

@@ -2,13 +2,15 @@
 a decode step that writes its KV cache in place through kwargs (contiguous and strided caches,
 under inference_mode too), code that asks whether it is being captured before a host sync (as
 transformers' mask builder does), and a module whose buffers advance on every run (a cache
-position counter). docs/api.md's "What a forward may do" lists them."""
+position counter), and ModelOutput-like containers in and out (test_containers.py's, on the CPU
+there). docs/api.md's "What a forward may do" lists them."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from graphed import GraphedForward
+from test_containers import Denoiser, _inputs
 from torch import nn
 
 pytestmark = [
@@ -123,3 +125,26 @@ def test_warm_ups_leave_module_buffers_as_eager_would():
         torch.testing.assert_close(got, want)
     assert int(graphed_model.position) == int(eager_model.position) == 4
     assert gf.stats()["captures"] == 1
+
+
+def test_registered_containers_replay_with_fresh_values():
+    torch.manual_seed(0)
+    model = Denoiser().cuda()
+    gf = GraphedForward(model)
+
+    def to_cuda(tree):
+        return torch.utils._pytree.tree_map(
+            lambda leaf: leaf.cuda() if torch.is_tensor(leaf) else leaf, tree
+        )
+
+    for _ in range(4):
+        kwargs = to_cuda(_inputs())
+        with torch.no_grad():
+            want = model(**kwargs)
+        got = gf(**kwargs)
+        assert type(got) is type(want) and list(got) == list(want)
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], rtol=0, atol=0)
+    stats = gf.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert (stats["captures"], stats["replays"]) == (1, 4)
