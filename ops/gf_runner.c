@@ -716,11 +716,15 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
     const int other_index =
         runner->config.device_index >= 0 && inputs[i].device_index != runner->config.device_index;
     if (other_type || other_index) {
-      return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
-                          "graphed: input tensor %zu is not on the runner's device (device %d:%d, "
-                          "the runner's %d:%d); move it to the runner's device",
-                          i, (int)inputs[i].device_type, (int)inputs[i].device_index,
-                          runner->config.device_type, runner->config.device_index);
+      gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
+                   "graphed: input tensor %zu is not on the runner's device (device %d:%d, the "
+                   "runner's %d:%d); move it to the runner's device",
+                   i, (int)inputs[i].device_type, (int)inputs[i].device_index,
+                   runner->config.device_type, runner->config.device_index);
+      if (err != NULL) {
+        err->input_number = i + 1;
+      }
+      return GF_ERR_INVALID_ARGUMENT;
     }
     if (!gf_tensor_is_contiguous(&inputs[i])) {
       return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,

@@ -9,6 +9,7 @@ gf_status gf_error_set(gf_error *err, gf_status code, const char *format, ...) {
     va_list args;
     va_start(args, format);
     err->code = code;
+    err->input_number = 0;
     vsnprintf(err->message, sizeof err->message, format, args);
     va_end(args);
   }
@@ -19,6 +20,7 @@ void gf_error_clear(gf_error *err) {
   if (err != NULL) {
     err->code = GF_OK;
     err->message[0] = '\0';
+    err->input_number = 0;
   }
 }
 

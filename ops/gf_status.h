@@ -26,9 +26,14 @@ enum { GF_ERROR_MESSAGE_CAPACITY = 512 };
 typedef struct gf_error {
   gf_status code;
   char message[GF_ERROR_MESSAGE_CAPACITY];
+  /* 1 + the index of the input tensor the error is about, 0 when it is about none: the layer
+   * above knows that tensor's name (a kwarg path) and its device in the framework's words, and
+   * rewords the message with them. */
+  size_t input_number;
 } gf_error;
 
-/* Records code and a printf-style message in err (which may be NULL) and returns code. */
+/* Records code and a printf-style message in err (which may be NULL), clears input_number and
+ * returns code. */
 gf_status gf_error_set(gf_error *err, gf_status code, const char *format, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))

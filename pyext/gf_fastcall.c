@@ -282,6 +282,17 @@ static PyObject *gf_shapes_if_needed(gf_call_state *state, PyObject *key, const 
   return gf_walk_shapes(walk->tensors, walk->tensor_count);
 }
 
+/* Names the input an error is about by its kwarg path, in torch's words (an error path only). */
+static void gf_name_input(int64_t runner_id, PyObject *kwargs, PyObject *tensor, gf_error *err) {
+  PyObject *path = gf_walk_path_of_tensor(kwargs, err->input_number - 1);
+  const char *subject = path != NULL ? PyUnicode_AsUTF8(path) : NULL;
+  if (subject != NULL) {
+    gf_fastcall_torch_word_input_error(runner_id, tensor, subject, err);
+  }
+  PyErr_Clear(); /* without a path the core's message stays */
+  Py_XDECREF(path);
+}
+
 static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_state *state,
                                      PyObject *kwargs, PyObject *variant, PyObject *keep_alive,
                                      PyObject *held, int pin, int static_outputs) {
@@ -313,6 +324,9 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_s
     } else {
       Py_SETREF(call.shapes, needed);
     }
+  }
+  if (status != GF_OK && err.input_number > 0 && err.input_number <= walk->tensor_count) {
+    gf_name_input(runner_id, kwargs, walk->objects[err.input_number - 1], &err);
   }
   gf_walk_release(walk); /* the inputs' references, held for the whole call */
   return gf_finish_call(status, &err, &call, outputs);

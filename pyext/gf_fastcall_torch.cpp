@@ -345,6 +345,16 @@ extern "C" gf_status gf_fastcall_torch_prune(int64_t runner_id, gf_call_state *s
   }
 }
 
+extern "C" void gf_fastcall_torch_word_input_error(int64_t runner_id, PyObject *tensor,
+                                                   const char *subject, gf_error *err) {
+  try {
+    std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
+    graphed::word_input_error(THPVariable_Unpack(tensor), subject, slot->device, err);
+  } catch (...) {
+    // The runner is gone: the core's message stays.
+  }
+}
+
 extern "C" PyObject *gf_fastcall_torch_raise(gf_status status, const gf_error *err) {
   if (PyErr_Occurred()) {
     return nullptr;

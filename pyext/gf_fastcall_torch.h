@@ -99,6 +99,11 @@ void gf_fastcall_torch_mark_forward_error(void);
  * RuntimeError) and returns NULL. */
 PyObject *gf_fastcall_torch_raise(gf_status status, const gf_error *err);
 
+/* Rewords err, when it is about an input (err->input_number), in torch's words with `subject`
+ * (the input's kwarg path) as the input's name; see graphed::word_input_error. */
+void gf_fastcall_torch_word_input_error(int64_t runner_id, PyObject *tensor, const char *subject,
+                                        gf_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -256,6 +256,60 @@ gf_walk_result gf_walk_kwargs(gf_walk *walk, PyObject *kwargs, PyObject *variant
   return result;
 }
 
+/* Counts tensors down from *remaining; returns the path below value of the one it reaches zero at
+ * (a new reference, "" for value itself), Py_None when value holds fewer, NULL on an error. */
+static PyObject *gf_path_below(PyObject *value, size_t *remaining, int depth) {
+  if (depth > GF_WALK_MAX_DEPTH) {
+    return Py_NewRef(Py_None);
+  }
+  if (gf_fastcall_torch_is_plain_tensor(value)) {
+    if (*remaining == 0) {
+      return PyUnicode_FromString("");
+    }
+    --*remaining;
+    return Py_NewRef(Py_None);
+  }
+  PyTypeObject *type = Py_TYPE(value);
+  if (type == &PyDict_Type) {
+    Py_ssize_t position = 0;
+    PyObject *name;
+    PyObject *item;
+    while (PyDict_Next(value, &position, &name, &item)) {
+      PyObject *below = gf_path_below(item, remaining, depth + 1);
+      if (below == NULL || below != Py_None) {
+        PyObject *path = below != NULL ? PyUnicode_FromFormat("[%R]%U", name, below) : NULL;
+        Py_XDECREF(below);
+        return path;
+      }
+      Py_DECREF(below);
+    }
+  } else if (type == &PyList_Type || type == &PyTuple_Type) {
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); ++i) {
+      PyObject *below = gf_path_below(PySequence_Fast_GET_ITEM(value, i), remaining, depth + 1);
+      if (below == NULL || below != Py_None) {
+        PyObject *path = below != NULL ? PyUnicode_FromFormat("[%zd]%U", i, below) : NULL;
+        Py_XDECREF(below);
+        return path;
+      }
+      Py_DECREF(below);
+    }
+  }
+  return Py_NewRef(Py_None);
+}
+
+PyObject *gf_walk_path_of_tensor(PyObject *kwargs, size_t index) {
+  size_t remaining = index;
+  PyObject *below = gf_path_below(kwargs, &remaining, 0);
+  if (below == Py_None) {
+    Py_DECREF(below);
+    PyErr_Format(PyExc_IndexError, "graphed: kwargs hold no tensor %zu", index);
+    return NULL;
+  }
+  PyObject *path = below != NULL ? PyUnicode_FromFormat("kwargs%U", below) : NULL;
+  Py_XDECREF(below);
+  return path;
+}
+
 void gf_walk_release(gf_walk *walk) {
   size_t count = walk->tensor_count;
   walk->tensor_count = 0; /* first: a finalizer that calls graphed again finds the walk empty */

@@ -54,6 +54,10 @@ gf_walk_result gf_walk_kwargs(gf_walk *walk, PyObject *kwargs, PyObject *variant
 /* Drops the walk's references to its tensor objects (the buffers stay for the next walk). */
 void gf_walk_release(gf_walk *walk);
 
+/* The path of the index-th tensor (walk order) of the plain tree `kwargs`, as "kwargs['x'][0]",
+ * a new reference; NULL with a Python error when there is no such tensor. For errors only. */
+PyObject *gf_walk_path_of_tensor(PyObject *kwargs, size_t index);
+
 void gf_walk_free(gf_walk *walk);
 
 /* The kwargs dict a walk's key stands for, decoded from the key bytes alone (never from the

@@ -110,7 +110,7 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
   if (status != GF_OK) {
     raise_status(status, err);
   }
-  return register_runner(runner, std::string(name));
+  return register_runner(runner, std::string(name), device);
 }
 
 std::vector<at::Tensor> forward_op(int64_t runner_id, c10::string_view key, at::TensorList inputs,
@@ -149,6 +149,10 @@ std::vector<at::Tensor> forward_op(int64_t runner_id, c10::string_view key, at::
   }
   gf_pool_free(&results, nullptr, nullptr);
   if (status != GF_OK) {
+    if (err.input_number > 0 && err.input_number <= inputs.size()) {
+      word_input_error(inputs[err.input_number - 1],
+                       "inputs[" + std::to_string(err.input_number - 1) + "]", slot->device, &err);
+    }
     raise_status(status, err);
   }
   return outputs;

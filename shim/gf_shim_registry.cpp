@@ -26,10 +26,11 @@ Registry &registry() {
 
 } // namespace
 
-int64_t register_runner(gf_runner *runner, const std::string &name) {
+int64_t register_runner(gf_runner *runner, const std::string &name, c10::Device device) {
   auto slot = std::make_shared<RunnerSlot>();
   slot->runner = runner;
   slot->name = name;
+  slot->device = device;
   Registry &table = registry();
   std::lock_guard<std::mutex> guard(table.mutex);
   int64_t id = table.next_id++;

@@ -117,6 +117,23 @@ void write_back_dense(const std::vector<DenseInput> &densified, const gf_tensor 
   }
 }
 
+void word_input_error(const at::Tensor &input, const std::string &subject,
+                      c10::Device runner_device, gf_error *err) {
+  if (err == nullptr || err->input_number == 0) {
+    return;
+  }
+  try {
+    const std::string device = input.device().str();
+    const std::string runner = runner_device.str();
+    std::snprintf(err->message, sizeof err->message,
+                  "graphed: %s is on %s; the runner is on %s: move the tensor there before the "
+                  "call (tensor.to('%s'))",
+                  subject.c_str(), device.c_str(), runner.c_str(), runner.c_str());
+  } catch (...) {
+    // Out of memory for two short strings: the core's message stays, in the core's words.
+  }
+}
+
 std::string describe_shapes(const gf_tensor *tensors, size_t count) {
   std::string text;
   for (size_t i = 0; i < count; ++i) {

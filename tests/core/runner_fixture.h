@@ -78,6 +78,7 @@ inline Values Expected(const std::vector<gf_tensor> &inputs, size_t j = 0) {
 struct Result {
   gf_status status = GF_OK;
   std::string message;
+  size_t input_number = 0; // gf_error's: 1 + the input the error is about, 0 for none
   std::vector<Values> values;
   std::vector<void *> data;
   gf_pool *pool = nullptr; // the owned outputs, released by the fixture
@@ -142,6 +143,7 @@ protected:
     result.status = gf_runner_call(runner_, key.data(), key.size(), inputs.data(), inputs.size(),
                                    keep_alive.data(), keep_alive.size(), &options, pool, &err);
     result.message = err.message;
+    result.input_number = err.input_number;
     for (size_t i = 0; i < pool->count; ++i) {
       result.values.push_back(ReadFloats(pool->tensors[i]));
       result.data.push_back(pool->tensors[i].data);

@@ -710,6 +710,7 @@ TEST_F(Runner, InputOnAnotherDeviceIsAnInvalidArgument) {
   EXPECT_EQ(result.status, GF_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(Contains(result.message, "input tensor 1")) << result.message;
   EXPECT_TRUE(Contains(result.message, "runner's device")) << result.message;
+  EXPECT_EQ(result.input_number, 2u) << "the layer above names input 1 in its own words";
   elsewhere[1] = inputs.views[1];
   elsewhere[0].device_type = GF_FAKE_DEVICE_TYPE + 1;
   result = Call(elsewhere);

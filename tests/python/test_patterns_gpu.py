@@ -2,8 +2,9 @@
 a decode step that writes its KV cache in place through kwargs (contiguous and strided caches,
 under inference_mode too), code that asks whether it is being captured before a host sync (as
 transformers' mask builder does), and a module whose buffers advance on every run (a cache
-position counter), and ModelOutput-like containers in and out (test_containers.py's, on the CPU
-there). docs/api.md's "What a forward may do" lists them."""
+position counter), ModelOutput-like containers in and out (test_containers.py's, on the CPU
+there), and a CPU tensor among the kwargs (refused by its path). docs/api.md's "What a forward
+may do" lists them."""
 
 from __future__ import annotations
 
@@ -148,3 +149,18 @@ def test_registered_containers_replay_with_fresh_values():
     stats = gf.stats()
     assert stats["enabled"], stats["disabled_reason"]
     assert (stats["captures"], stats["replays"]) == (1, 4)
+
+
+def test_a_cpu_tensor_is_refused_by_its_kwarg_path_in_torch_words():
+    gf = GraphedForward(lambda *, x, rotary: x * rotary[0] + rotary[1], device="cuda")
+    x = torch.randn(4, device="cuda")
+    on_cpu = (torch.randn(4, device="cuda"), torch.randn(4))
+    with pytest.raises(
+        ValueError, match=r"kwargs\['rotary'\]\[1\] is on cpu; the runner is on cuda"
+    ):
+        gf(x=x, rotary=on_cpu)
+    moved = (on_cpu[0], on_cpu[1].cuda())
+    torch.testing.assert_close(gf(x=x, rotary=moved), x * moved[0] + moved[1], rtol=0, atol=0)
+    stats = gf.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert stats["captures"] == 1
