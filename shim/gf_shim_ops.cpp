@@ -266,8 +266,11 @@ TORCH_LIBRARY(graphed, m) {
   m.def("create(str name, str forward_op, Device device, int max_entries=16, "
         "int warmup_iters=2, bool enabled=True, str? agree_op=None, str? observer_op=None) -> int",
         &graphed::create_op);
+  // pt2_compliant: its fake implementation (graphed/_fake.py) passes torch.library.opcheck
+  // (tests/python/test_compile.py).
   m.def("forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive, bool pin=False, "
-        "bool static_outputs=False) -> Tensor[]");
+        "bool static_outputs=False) -> Tensor[]",
+        {at::Tag::pt2_compliant_tag});
   m.impl("forward", c10::DispatchKey::CompositeExplicitAutograd, TORCH_FN(graphed::forward_op));
   m.def("stats(int runner) -> (int[], str, str)", &graphed::stats_op);
   m.def("disable(int runner, str reason) -> ()", &graphed::disable_op);

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from . import _library
+from . import _fake, _library
 from ._forward import runner_entries, runner_stats
 
 
@@ -46,6 +46,7 @@ class Runner:
             enabled,
             group_agree_op,
         )
+        _fake.operator_runners[self._id] = forward_op
 
     @property
     def runner_id(self) -> int:
@@ -89,6 +90,7 @@ class Runner:
         """Frees the runner's graphs and buffers; later calls raise ValueError. Idempotent."""
         if self._id is not None:
             runner_id, self._id = self._id, None
+            _fake.operator_runners.pop(runner_id, None)
             torch.ops.graphed.destroy(runner_id)
 
     def __enter__(self) -> Runner:
