@@ -131,7 +131,7 @@ def test_warm_ups_leave_module_buffers_as_eager_would():
 def test_registered_containers_replay_with_fresh_values():
     torch.manual_seed(0)
     model = Denoiser().cuda()
-    gf = GraphedForward(model)
+    gf = GraphedForward(model, device="cuda")
 
     def to_cuda(tree):
         return torch.utils._pytree.tree_map(

@@ -180,9 +180,9 @@ def _assert_same_output(got, want, *, values: bool) -> None:
             assert (got[key].shape, got[key].dtype) == (expected.shape, expected.dtype), key
 
 
-def _run_against_eager(case: Case, device: str, gf_device: str | None, *, replays_compute: bool):
+def _run_against_eager(case: Case, device: str, *, replays_compute: bool):
     model = _build(case, device)
-    gf = GraphedForward(model) if gf_device is None else GraphedForward(model, device=gf_device)
+    gf = GraphedForward(model, device=device)
     generator = torch.Generator(device=device).manual_seed(1)
     for call in range(CALLS):
         kwargs = case.inputs(model, device, generator)
@@ -195,10 +195,10 @@ def _run_against_eager(case: Case, device: str, gf_device: str | None, *, replay
 
 
 def test_model_output_is_captured_once_and_replayed_on_the_emulated_backend(case, emulated_backend):
-    _run_against_eager(case, "cpu", "cpu", replays_compute=False)
+    _run_against_eager(case, "cpu", replays_compute=False)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_every_replay_matches_eager_bitwise_on_the_gpu(case):
-    _run_against_eager(case, "cuda", None, replays_compute=True)
+    _run_against_eager(case, "cuda", replays_compute=True)
