@@ -2,7 +2,7 @@
 module itself, so fullgraph compiles without a graph break or warning, and an exported program
 holds the module's weights and runs; on the operator path, torch.ops.graphed.forward of a
 graphed.Runner passes torch.library.opcheck, carries pt2_compliant_tag and compiles with
-fullgraph. (graphed over a compiled module is the other direction, measured in the benchmark.)"""
+fullgraph; and graphed over a compiled module, the other direction, captures once per shape."""
 
 from __future__ import annotations
 
@@ -106,3 +106,17 @@ def test_tracing_a_runner_made_without_the_python_api_says_what_to_use(emulated_
             )
     finally:
         torch.ops.graphed.destroy(runner_id)
+
+
+def test_graphed_over_a_compiled_module_captures_once_per_shape(emulated_backend):
+    block = Block()
+    compiled = torch.compile(block, backend="eager", dynamic=False, fullgraph=True)
+    gf = GraphedForward(compiled, device="cpu")
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(gf(x=x), block(x=x), rtol=0, atol=0)  # the capturing call
+    gf(x=torch.randn(4, 8))
+    gf(x=torch.randn(2, 8))  # a new shape: one more compile (dynamic=False) and one capture
+    stats = gf.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert (stats["captures"], stats["replays"], stats["eager_calls"]) == (2, 3, 0)
