@@ -53,7 +53,28 @@
 static gf_walk gf_scratch;
 static int gf_calls_in_flight;
 static PyObject *gf_fallback;    /* returned when the fast path does not apply */
+static PyObject *gf_reentered;   /* returned for a call from inside its own forward */
 static PyObject *gf_placeholder; /* a tensor slot in an output template */
+
+/* The calls in flight on this thread, innermost first. A call of a CallState already in flight
+ * here comes from inside that call's own forward (the forward calls its GraphedForward again):
+ * both entries return REENTERED, and the Python layer runs the module eagerly, as the forward
+ * would run without graphed; through the core it would capture inside its own capture. A
+ * thread-local flag in Python did this for about 0.15 us a call (a 2-core x86 host). */
+typedef struct gf_call_frame {
+  const gf_call_state *state;
+  struct gf_call_frame *outer;
+} gf_call_frame;
+static _Thread_local gf_call_frame *gf_frames_here;
+
+static int gf_in_flight_here(const gf_call_state *state) {
+  for (const gf_call_frame *frame = gf_frames_here; frame != NULL; frame = frame->outer) {
+    if (frame->state == state) {
+      return 1;
+    }
+  }
+  return 0;
+}
 
 /* -- CallState --------------------------------------------------------------------------- */
 
@@ -363,11 +384,18 @@ static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t 
   if (gf_parse_options(args[0], args[3], args[4], &runner_id, &pin, &static_outputs) != 0) {
     return NULL;
   }
+  gf_call_state *state = (gf_call_state *)args[5];
+  if (gf_in_flight_here(state)) {
+    return Py_NewRef(gf_reentered);
+  }
+  gf_call_frame frame = {state, gf_frames_here};
+  gf_frames_here = &frame;
   gf_walk nested = {0};
   gf_walk *walk = gf_calls_in_flight == 0 ? &gf_scratch : &nested;
-  PyObject *rebuilt = gf_fast_call_walked(walk, runner_id, (gf_call_state *)args[5], args[1],
-                                          args[2], args[6], args[7], pin, static_outputs);
+  PyObject *rebuilt = gf_fast_call_walked(walk, runner_id, state, args[1], args[2], args[6],
+                                          args[7], pin, static_outputs);
   gf_walk_free(&nested);
+  gf_frames_here = frame.outer;
   return rebuilt;
 }
 
@@ -424,18 +452,25 @@ static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t 
     return NULL;
   }
   gf_call_state *state = (gf_call_state *)args[1];
+  if (gf_in_flight_here(state)) {
+    return Py_NewRef(gf_reentered);
+  }
   PyObject *key = PyUnicode_AsEncodedString(args[2], "utf-8", "surrogatepass");
   PyObject *shapes = key != NULL ? gf_shapes_of_list(args[3]) : NULL;
   if (shapes == NULL) {
     Py_XDECREF(key);
     return NULL;
   }
+  gf_call_frame frame = {state, gf_frames_here};
+  gf_frames_here = &frame;
   gf_call_in_flight call = {state, args[4], key, shapes, args[8], NULL};
   PyObject *outputs = NULL;
   gf_error err = {0};
   gf_status status = gf_fastcall_torch_call_dispatched(runner_id, &call, args[3], args[5], pin,
                                                        static_outputs, &outputs, &err);
-  return gf_finish_call(status, &err, &call, outputs);
+  PyObject *rebuilt = gf_finish_call(status, &err, &call, outputs);
+  gf_frames_here = frame.outer;
+  return rebuilt;
 }
 
 /* -- control under the runner's lock ----------------------------------------------------- */
@@ -576,11 +611,11 @@ static PyObject *gf_rebuild(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 static PyMethodDef gf_fastcall_methods[] = {
     {"call", (PyCFunction)(void (*)(void))gf_fast_call, METH_FASTCALL,
-     "call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive, held) -> output or "
-     "FALLBACK"},
+     "call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive, held) -> output, "
+     "FALLBACK or REENTERED"},
     {"call_flat", (PyCFunction)(void (*)(void))gf_flat_call, METH_FASTCALL,
      "call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) -> "
-     "output"},
+     "output or REENTERED"},
     {"reset", (PyCFunction)(void (*)(void))gf_reset, METH_FASTCALL,
      "reset(runner_id, state): drops the graphs and the templates under the runner's lock"},
     {"prune", (PyCFunction)(void (*)(void))gf_prune, METH_FASTCALL,
@@ -626,9 +661,11 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
     return NULL;
   }
   gf_fallback = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+  gf_reentered = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_placeholder = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
-  if (gf_fallback == NULL || gf_placeholder == NULL ||
+  if (gf_fallback == NULL || gf_reentered == NULL || gf_placeholder == NULL ||
       PyModule_AddObjectRef(module, "FALLBACK", gf_fallback) != 0 ||
+      PyModule_AddObjectRef(module, "REENTERED", gf_reentered) != 0 ||
       PyModule_AddObjectRef(module, "PLACEHOLDER", gf_placeholder) != 0 ||
       PyModule_AddObjectRef(module, "CallState", (PyObject *)&gf_call_state_type) != 0) {
     Py_DECREF(module);

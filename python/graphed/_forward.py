@@ -24,6 +24,7 @@ __all__ = ["GraphedForward"]
 
 _log = logging.getLogger("graphed")
 _FALLBACK = _fastcall.FALLBACK
+_REENTERED = _fastcall.REENTERED
 _models_library = torch.library.Library("graphed_models", "FRAGMENT")
 _op_numbers = itertools.count()
 _op_lock = threading.Lock()
@@ -33,6 +34,10 @@ _warned_unavailable = False
 # is refused at construction (see _check_reserved), never silently swallowed.
 RESERVED_KWARGS = ("variant", "keep_alive", "pin", "static_outputs")
 _NO_HELD: tuple = ()
+# The keep_alive of a call that passes none; the native entry only reads it.
+_NO_KEEP_ALIVE: list = []
+# Bound once: the call path reads it on every call (torch.compile recognises the function).
+_is_compiling = torch.compiler.is_compiling
 _MAX_DIMS = 12
 _STAT_NAMES = (
     "graphs",
@@ -204,7 +209,6 @@ class GraphedForward:
         self._known_disabled = False
         # Calls of this instance in flight in each thread: a call made from inside its own forward
         # runs eager (see __call__).
-        self._local = threading.local()
         # Output templates are pruned to the resident entries when they pass this count.
         self._max_entries = max_entries
         self._template_count = 0
@@ -261,43 +265,35 @@ class GraphedForward:
             or ("static_outputs" in kwargs)
         ):
             variant, keep_alive, pin, static_outputs = _pop_options(kwargs)
+            held_tensors, held_objects = self._split_keep_alive(keep_alive)
         else:
-            variant, keep_alive, pin, static_outputs = None, (), False, False
+            variant, pin, static_outputs = None, False, False
+            held_tensors, held_objects = _NO_KEEP_ALIVE, _NO_HELD
         if args:
             raise TypeError(
                 f"{self.name}: graphed forwards are keyword-only; got {len(args)} positional "
                 "argument(s)"
             )
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             # torch.compile or torch.export is tracing the caller: it sees the module itself
             # (its weights, its operations), with no opaque call in between.
             return self.module(**kwargs)
-        local = self._local
-        if getattr(local, "in_call", False):
-            # A call from inside this instance's own forward (the forward calls its GraphedForward
-            # again): eager, as the forward would run without graphed; through the core it would
-            # capture inside its own capture.
-            return self._eager(kwargs)
-        held_tensors, held_objects = self._split_keep_alive(keep_alive)
-        local.in_call = True
-        try:
-            result = _fastcall.call(
-                self._id,
-                kwargs,
-                variant,
-                pin,
-                static_outputs,
-                self._call_state,
-                held_tensors,
-                held_objects,
-            )
-            if result is not _FALLBACK:
-                return result
+        result = _fastcall.call(
+            self._id,
+            kwargs,
+            variant,
+            pin,
+            static_outputs,
+            self._call_state,
+            held_tensors,
+            held_objects,
+        )
+        if result is _FALLBACK:
             tensors, key, spec = flatten_kwargs(kwargs, variant)
             if not tensors:
                 return self._eager(kwargs)
             _check_keep_alive(held_tensors)
-            return _fastcall.call_flat(
+            result = _fastcall.call_flat(
                 self._id,
                 self._call_state,
                 key,
@@ -308,8 +304,11 @@ class GraphedForward:
                 static_outputs,
                 held_objects,
             )
-        finally:
-            local.in_call = False
+        if result is _REENTERED:
+            # A call from inside this instance's own forward (the forward calls its GraphedForward
+            # again): eager, as the forward would run without graphed (see gf_fastcall.c).
+            return self._eager(kwargs)
+        return result
 
     def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The body of the forward operator the core calls for probe, warm-up, capture and eager
