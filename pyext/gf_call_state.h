@@ -19,7 +19,9 @@ extern "C" {
  * held: the non-tensor keep_alive objects of the call in flight (a tuple).
  * error: the exception the forward raised during the call in flight, or None.
  * templates: dict, key bytes -> {shapes bytes -> (output template, held)} (see gf_fastcall.c).
- * rebuild: callable(template, outputs) for templates that are not plain. */
+ * rebuild: callable(template, outputs) for templates that are not plain.
+ * last_key: bytes, the key of the latest fast-path call (NULL before one), reused by the next
+ *   call whose walk gives the same bytes: its hash is cached (see gf_fastcall.c). */
 typedef struct gf_call_state {
   // clang-format off
   PyObject_HEAD
@@ -31,6 +33,7 @@ typedef struct gf_call_state {
   PyObject *error;
   PyObject *templates;
   PyObject *rebuild;
+  PyObject *last_key;
 } gf_call_state;
 
 #ifdef __cplusplus
