@@ -207,8 +207,6 @@ class GraphedForward:
         self.group = group
         self._capture_context = capture_context
         self._known_disabled = False
-        # Calls of this instance in flight in each thread: a call made from inside its own forward
-        # runs eager (see __call__).
         # Output templates are pruned to the resident entries when they pass this count.
         self._max_entries = max_entries
         self._template_count = 0

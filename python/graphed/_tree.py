@@ -262,18 +262,21 @@ def _pytree_node(cls: type) -> Any:
     return None if cls in _PRIMITIVE_TYPES else pytree.SUPPORTED_NODES.get(cls)
 
 
-def _pytree_children(node: Any, value: Any) -> tuple[list[Any], Any, list[str]]:
-    """(children, context, path segment of each child) of a registered container. The context is
-    flatten_fn's, the one unflatten_fn takes (flatten_with_keys_fn may return another one, as
-    register_dataclass's does), so the keyed flatten only names the children."""
+def _pytree_children(node: Any, value: Any) -> tuple[list[Any], Any]:
+    """(children, context) of a registered container; the context is the one unflatten_fn takes."""
     children, context = node.flatten_fn(value)
-    children = list(children)
-    segments = [f"[{index}]" for index in range(len(children))]
+    return list(children), context
+
+
+def _pytree_segment(node: Any, value: Any, index: int) -> str:
+    """The path segment of a registered container's index-th child, for an error only: its key
+    from flatten_with_keys_fn where the type has one (whose context may differ from
+    flatten_fn's, as register_dataclass's does, so it is never used to rebuild), else "[index]"."""
     if node.flatten_with_keys_fn is not None:
         keyed, _ = node.flatten_with_keys_fn(value)
-        if len(keyed) == len(children):
-            segments = [str(key) for key, _ in keyed]
-    return children, context, segments
+        if index < len(keyed):
+            return str(keyed[index][0])
+    return f"[{index}]"
 
 
 def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str], check: bool = False) -> Any:
@@ -326,17 +329,17 @@ def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str], check: b
         return (*node_head, tuple(children))
     node = _pytree_node(cls)
     if node is not None:
-        items, context, segments = _pytree_children(node, value)
+        items, context = _pytree_children(node, value)
         name = _type_name(cls)
         parts.append(f"P{len(name)}:{name}")
         parts.append(_leaf_token(context))
         parts.append("<")
         children = []
-        for item, segment in zip(items, segments, strict=True):
+        for index, item in enumerate(items):
             try:
                 children.append(_flatten(item, tensors, parts, check))
             except _PathError as error:
-                error.segments.append(segment)
+                error.segments.append(_pytree_segment(node, value, index))
                 raise
         parts.append(">")
         return (_PYTREE, node, context, tuple(children))
@@ -446,13 +449,13 @@ def _clone(value: Any) -> Any:
         return tuple(items) if cls is tuple else cls(*items)
     node = _pytree_node(cls)
     if node is not None:
-        children, context, segments = _pytree_children(node, value)
+        children, context = _pytree_children(node, value)
         cloned_children = []
-        for item, segment in zip(children, segments, strict=True):
+        for index, item in enumerate(children):
             try:
                 cloned_children.append(_clone(item))
             except _PathError as error:
-                error.segments.append(segment)
+                error.segments.append(_pytree_segment(node, value, index))
                 raise
         return node.unflatten_fn(cloned_children, context)
     _reject_if_holds_tensor(value)
@@ -518,8 +521,8 @@ def _pair(static: Any, current: Any, dsts: list, srcs: list) -> None:
         return
     node = _pytree_node(cls)
     if node is not None:
-        static_children, static_context, segments = _pytree_children(node, static)
-        current_children, current_context, _ = _pytree_children(node, current)
+        static_children, static_context = _pytree_children(node, static)
+        current_children, current_context = _pytree_children(node, current)
         if _leaf_token(static_context) != _leaf_token(current_context) or len(
             static_children
         ) != len(current_children):
@@ -527,13 +530,13 @@ def _pair(static: Any, current: Any, dsts: list, srcs: list) -> None:
                 f"{_type_name(cls)} structure differs: static {static_context!r}, "
                 f"current {current_context!r}"
             )
-        for static_item, current_item, segment in zip(
-            static_children, current_children, segments, strict=True
+        for index, (static_item, current_item) in enumerate(
+            zip(static_children, current_children, strict=True)
         ):
             try:
                 _pair(static_item, current_item, dsts, srcs)
             except _PathError as error:
-                error.segments.append(segment)
+                error.segments.append(_pytree_segment(node, static, index))
                 raise
         return
     if static is current:
@@ -576,7 +579,7 @@ def copy_into(static: Any, current: Any, *, root: str = "tree") -> int:
 
 def flatten_output(result: Any) -> tuple[TreeSpec, list[torch.Tensor]]:
     """(spec, tensors) of any forward result, walked as the kwargs are; rebuild_output inverts it.
-    An object other than dict/list/tuple/namedtuple that holds a tensor is a TypeError."""
+    An object that holds a tensor and is none of the walked containers is a TypeError."""
     tensors, root = _walk(result, [], "the forward's output", check=False)
     return TreeSpec(root, len(tensors)), tensors
 
