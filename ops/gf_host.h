@@ -56,7 +56,8 @@ typedef struct gf_host {
    * forward wrote in place (torch: its version counter moved), else 0. */
   gf_status (*run_forward)(void *context, gf_forward_phase phase, const gf_tensor *inputs,
                            size_t count, gf_pool *outputs, unsigned char *mutated, gf_error *err);
-  /* The MIN of ok over the process group (ok itself without a group); negative on failure. */
+  /* The MIN of ok over the process group; negative on failure. NULL without a group: the runner
+   * then neither agrees nor meets its peers before and after each warm-up. */
   int (*agree)(void *context, int ok);
   void (*release)(void *context, void *handle);
   void (*warn)(void *context, const char *message);

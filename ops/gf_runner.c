@@ -510,11 +510,62 @@ static void gf_runner_discard_outputs(gf_runner *runner, gf_pool *outputs) {
   gf_pool_free(outputs, gf_runner_release_handle, runner);
 }
 
+/* With a process group, the ranks meet here: the MIN of every rank's status so far. A rank whose
+ * own status is fine learns that another one failed `stage`. Called at the same points on every
+ * rank (the eager forwards of a capture run only while every rank is fine), so that no rank runs
+ * a live collective its peers never reach. Without a group it does nothing. */
+static void gf_runner_agree_on_stage(gf_runner *runner, const char *stage, gf_status *status,
+                                     gf_error *err) {
+  if (runner->host.agree == NULL) {
+    return;
+  }
+  int agreed = runner->host.agree(runner->host.context, *status == GF_OK);
+  if (*status == GF_OK && agreed <= 0) {
+    *status = gf_error_set(err, GF_ERR_CAPTURE,
+                           agreed < 0 ? "graphed: the agreement across the process group failed "
+                                        "(%s)"
+                                      : "graphed: another rank of the process group failed %s",
+                           stage);
+  }
+}
+
+/* One eager forward before a capture: the sync probe when `probing`, else a warm-up. The probe's
+ * backend records a synchronizing operator rather than failing on it, so the forward always runs
+ * to its end and every rank's collectives stay aligned; the failure counts once it returns. */
+static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, int probing,
+                                           gf_error *err) {
+  const gf_backend *backend = runner->backend;
+  gf_error probe_err = {0};
+  gf_status probe_status = GF_OK;
+  if (probing) {
+    probe_status = backend->sync_probe_begin(backend->context, runner->backend_state, &probe_err);
+  }
+  gf_pool scratch = {0};
+  gf_status status = runner->host.run_forward(
+      runner->host.context, probing ? GF_PHASE_PROBE : GF_PHASE_WARMUP,
+      entry->static_inputs.tensors, entry->static_inputs.count, &scratch, NULL, err);
+  gf_runner_discard_outputs(runner, &scratch);
+  if (probing && probe_status == GF_OK) {
+    /* end only a probe that began */
+    probe_status = backend->sync_probe_end(backend->context, runner->backend_state, &probe_err);
+  }
+  if (status == GF_OK && probe_status != GF_OK) {
+    status = gf_error_set(err, probe_status, "%s", probe_err.message);
+  }
+  if (probing) {
+    runner->sync_probe_done = status == GF_OK;
+  }
+  return status;
+}
+
 /* Runs the forwards that must not be recorded, on the side stream: the warm-ups. On the runner's
- * first capture the first of them is the sync probe, run under sync-debug "error" so that a
- * synchronizing operator fails there, at the same point on every rank; it counts as a warm-up,
- * and runs even when warmup_iters is 0. Later captures run min(warmup_iters, 1) warm-ups. */
-static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, gf_error *err) {
+ * first capture the first of them is the sync probe, which finds synchronizing operators before
+ * the capture does; it counts as a warm-up, and runs even when warmup_iters is 0. Later captures
+ * run min(warmup_iters, 1) warm-ups. These forwards are live: with a process group the ranks
+ * agree before the first (on everything up to it: static copies, the side stream) and after
+ * each, and all stop at the first failure of any. `status` is the capture's so far. */
+static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, gf_status status,
+                                           gf_error *err) {
   const gf_backend *backend = runner->backend;
   const int probe = !runner->sync_probe_done;
   int iterations = runner->config.warmup_iters;
@@ -524,38 +575,25 @@ static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, g
     iterations = 1;
   }
   if (iterations == 0) {
-    return GF_OK;
-  }
-  gf_status status = backend->warmup_begin(backend->context, runner->backend_state, err);
-  if (status != GF_OK) {
     return status;
   }
-  gf_pool scratch = {0};
-  for (int i = 0; i < iterations && status == GF_OK; ++i) {
-    int probing = probe && i == 0;
-    if (probing) {
-      status = backend->sync_probe_begin(backend->context, runner->backend_state, err);
-      probing = status == GF_OK; /* end only a probe that began */
-    }
-    if (status == GF_OK) {
-      status = runner->host.run_forward(
-          runner->host.context, probing ? GF_PHASE_PROBE : GF_PHASE_WARMUP,
-          entry->static_inputs.tensors, entry->static_inputs.count, &scratch, NULL, err);
-    }
-    if (probing) {
-      gf_error end_err = {0};
-      gf_status end = backend->sync_probe_end(backend->context, runner->backend_state, &end_err);
-      if (status == GF_OK && end != GF_OK) {
-        status = gf_error_set(err, end, "%s", end_err.message);
-      }
-      runner->sync_probe_done = status == GF_OK;
-    }
-    gf_runner_discard_outputs(runner, &scratch);
+  int on_side_stream = 0;
+  if (status == GF_OK) {
+    status = backend->warmup_begin(backend->context, runner->backend_state, err);
+    on_side_stream = status == GF_OK;
   }
-  gf_error end_err = {0};
-  gf_status end = backend->warmup_end(backend->context, runner->backend_state, &end_err);
-  if (status == GF_OK && end != GF_OK) {
-    status = gf_error_set(err, end, "%s", end_err.message);
+  gf_runner_agree_on_stage(runner, "before its warm-ups", &status, err);
+  for (int i = 0; i < iterations && status == GF_OK; ++i) {
+    const int probing = probe && i == 0;
+    status = gf_runner_prepare_forward(runner, entry, probing, err);
+    gf_runner_agree_on_stage(runner, probing ? "in its sync probe" : "in a warm-up", &status, err);
+  }
+  if (on_side_stream) {
+    gf_error end_err = {0};
+    gf_status end = backend->warmup_end(backend->context, runner->backend_state, &end_err);
+    if (status == GF_OK && end != GF_OK) {
+      status = gf_error_set(err, end, "%s", end_err.message);
+    }
   }
   return status;
 }
@@ -576,9 +614,7 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
     status = runner->host.retain(runner->host.context, &keep_alive[i], &held, err);
     status = gf_runner_adopt(runner, &entry->keep_alive, status, &held, err);
   }
-  if (status == GF_OK) {
-    status = gf_runner_prepare_capture(runner, entry, err);
-  }
+  status = gf_runner_prepare_capture(runner, entry, status, err);
   if (status != GF_OK) {
     return status;
   }

@@ -138,9 +138,6 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
 
 int host_agree(void *context, int ok) {
   HostContext *host = host_context(context);
-  if (!host->agree_op.has_value()) {
-    return ok;
-  }
   try {
     at::Tensor flag = at::full({1}, ok ? 1 : 0, at::TensorOptions().dtype(at::kInt));
     std::vector<c10::IValue> stack{flag};
@@ -226,7 +223,7 @@ gf_host make_torch_host(HostContext *context) {
   host.empty_like = host_empty_like;
   host.retain = host_retain;
   host.run_forward = host_run_forward;
-  host.agree = host_agree;
+  host.agree = context->agree_op.has_value() ? host_agree : nullptr; // no group: no agreement
   host.release = host_release;
   host.warn = host_warn;
   host.notify = host_notify;

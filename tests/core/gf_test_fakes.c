@@ -699,7 +699,8 @@ static gf_status gf_fake_run_forward(void *context, gf_forward_phase phase, cons
     }
   }
   gf_fake_log_push(host->log, "forward");
-  if (host->fail_forward || (capturing && host->fail_forward_while_capturing)) {
+  if (host->fail_forward || (capturing && host->fail_forward_while_capturing) ||
+      host->forward_calls == host->fail_forward_number) {
     return gf_error_set(err, GF_ERR_BACKEND, "fake forward failed%s",
                         capturing ? " during capture" : "");
   }
@@ -735,9 +736,14 @@ static gf_status gf_fake_run_forward(void *context, gf_forward_phase phase, cons
 
 static int gf_fake_agree(void *context, int ok) {
   gf_fake_host *host = context;
+  if (host->agree_calls < GF_FAKE_MAX_AGREEMENTS) {
+    host->forwards_at_agreement[host->agree_calls] = host->forward_calls;
+    host->ok_at_agreement[host->agree_calls] = ok;
+  }
   host->agree_calls++;
   host->last_agree_ok = ok;
-  return host->agree_forced ? host->agree_value : ok;
+  const int forced = host->agree_forced && host->agree_calls >= host->agree_forced_from;
+  return forced ? host->agree_value : ok;
 }
 
 static void gf_fake_warn(void *context, const char *message) {
@@ -777,7 +783,7 @@ gf_host gf_fake_host_table(gf_fake_host *host) {
       .empty_like = gf_fake_empty_like,
       .retain = gf_fake_retain,
       .run_forward = gf_fake_run_forward,
-      .agree = gf_fake_agree,
+      .agree = host->no_group ? NULL : gf_fake_agree,
       .release = gf_fake_release,
       .warn = gf_fake_warn,
       .notify = host->observe ? gf_fake_notify : NULL,

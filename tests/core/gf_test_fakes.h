@@ -28,6 +28,7 @@ enum {
   GF_FAKE_EVENT_CAPACITY = 48,
   GF_FAKE_MAX_WARNINGS = 16,
   GF_FAKE_MAX_CLONES = 256,
+  GF_FAKE_MAX_AGREEMENTS = 16,
   GF_FAKE_MAX_OUTPUTS = 4
 };
 
@@ -148,10 +149,16 @@ typedef struct gf_fake_host {
   char last_message[4][GF_ERROR_MESSAGE_CAPACITY];
   int fail_forward; /* every forward fails */
   int fail_forward_while_capturing;
-  int agree_forced; /* 0: agree returns ok; else agree returns agree_value */
+  uint64_t fail_forward_number; /* 0, or the forward (counted from 1) that fails */
+  int no_group;                 /* the host table has no agree hook (no process group) */
+  int agree_forced;             /* 0: agree returns ok; else agree returns agree_value */
   int agree_value;
+  uint64_t agree_forced_from; /* 0: agree_forced applies to every agreement, else from this one */
   uint64_t agree_calls;
   int last_agree_ok;
+  /* Per agreement, in order: the forwards run before it and the ok this rank gave. */
+  uint64_t forwards_at_agreement[GF_FAKE_MAX_AGREEMENTS];
+  int ok_at_agreement[GF_FAKE_MAX_AGREEMENTS];
   uint64_t forward_calls;
   uint64_t clone_calls;
   uint64_t empty_calls;
