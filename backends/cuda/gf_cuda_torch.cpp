@@ -10,6 +10,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
 
 #include <cstdio>
 #include <exception>
@@ -21,12 +22,41 @@ struct gf_cuda_torch_graph {
   at::cuda::CUDAGraph graph{/*keep_graph=*/true};
 };
 
+namespace {
+
+// The sync probe's ear: torch's sync-debug mode "warn" reports each synchronizing operator as a
+// warning, which this handler (installed on the probing thread) counts instead of passing on.
+// Mode "error" would raise in the middle of the forward, leaving the collectives after that point
+// unrun on this rank while its peers run them; "warn" lets the forward finish. Operators called
+// from Python report to Python's warnings instead (its bindings install their own handler), where
+// graphed's Python layer listens during the probe.
+constexpr const char *kSyncWarning = "called a synchronizing CUDA operation";
+
+class SyncRecorder final : public c10::WarningHandler {
+public:
+  void process(const c10::Warning &warning) override {
+    if (warning.msg().rfind(kSyncWarning, 0) == 0) {
+      ++syncs;
+      return;
+    }
+    if (passed_on != nullptr) {
+      passed_on->process(warning);
+    }
+  }
+
+  c10::WarningHandler *passed_on = nullptr;
+  int syncs = 0;
+};
+
+} // namespace
+
 struct gf_cuda_torch_runner {
   c10::DeviceIndex device = 0;
   std::optional<c10::cuda::CUDAStream> side_stream;
   std::optional<c10::cuda::CUDAStream> outer_stream; // current before begin, restored at end
   at::cuda::MempoolId_t pool{0, 0};
   c10::cuda::SyncDebugMode saved_sync_mode = c10::cuda::SyncDebugMode::L_DISABLED;
+  SyncRecorder sync_recorder;
   std::unique_ptr<gf_cuda_torch_graph> capturing;
 };
 
@@ -101,12 +131,25 @@ extern "C" gf_status gf_cuda_torch_sync_probe_begin(void *, void *state, gf_erro
   gf_cuda_torch_runner *runner = torch_runner_of(state);
   auto &warnings = c10::cuda::warning_state();
   runner->saved_sync_mode = warnings.get_sync_debug_mode();
-  warnings.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  runner->sync_recorder.syncs = 0;
+  runner->sync_recorder.passed_on = c10::WarningUtils::get_warning_handler();
+  c10::WarningUtils::set_warning_handler(&runner->sync_recorder);
+  warnings.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
   return GF_OK;
 }
 
-extern "C" gf_status gf_cuda_torch_sync_probe_end(void *, void *state, gf_error *) {
-  c10::cuda::warning_state().set_sync_debug_mode(torch_runner_of(state)->saved_sync_mode);
+extern "C" gf_status gf_cuda_torch_sync_probe_end(void *, void *state, gf_error *err) {
+  gf_cuda_torch_runner *runner = torch_runner_of(state);
+  c10::cuda::warning_state().set_sync_debug_mode(runner->saved_sync_mode);
+  c10::WarningUtils::set_warning_handler(runner->sync_recorder.passed_on);
+  runner->sync_recorder.passed_on = nullptr;
+  if (runner->sync_recorder.syncs > 0) {
+    return gf_error_set(err, GF_ERR_CAPTURE,
+                        "graphed: the forward %s (%d time(s) during graphed's sync probe); a "
+                        "captured graph cannot hold a host synchronization: take it out of the "
+                        "forward, or leave this module eager",
+                        kSyncWarning, runner->sync_recorder.syncs);
+  }
   return GF_OK;
 }
 

@@ -321,8 +321,10 @@ class GraphedForward:
                 "the GraphedForward once with these kwargs first"
             )
         error = state.error
-        if error is not None and _is_callers_error(error):
+        if error is not None and _is_callers_error(error) and self.group is None:
             # The forward raised an error of its own earlier in this call: it is not run again.
+            # With a process group it is: the peers' eager forwards run their collectives now,
+            # and this rank's must pair with them (raising again if the error is the forward's).
             raise error
         # A dict is the kwargs the C walker took, decoded from the call's key (a snapshot made
         # before any forward ran); anything else is the TreeSpec of the Python path.

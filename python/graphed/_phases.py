@@ -13,17 +13,26 @@ forward_phase() says which). Two eager-semantics promises hang on that:
   taken before the warm-ups of each capture, and one copy back per warm-up for each tensor that
   changed; nothing is copied on replays. Python attributes a forward changes (`self.step += 1`)
   cannot be put back: such a forward should keep its state in tensors.
+
+And one promise to a process group: the sync probe never stops a forward halfway. The backend
+runs it under torch's sync-debug mode "warn"; the warnings that reach Python (every operator
+called from Python reports there) are counted here instead of shown, and the probe fails once
+the forward has returned, so every rank has run all of its collectives before the ranks agree.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections.abc import Iterable, Iterator
 
 import torch
 
 PHASE_EAGER, PHASE_PROBE, PHASE_WARMUP, PHASE_CAPTURE = range(4)
+
+# What torch's sync-debug mode "warn" says for each synchronizing operator.
+_SYNC_WARNING = "called a synchronizing CUDA operation"
 
 _local = threading.local()
 _installed_lock = threading.Lock()
@@ -80,6 +89,41 @@ class _Snapshot:
 
 
 @contextlib.contextmanager
+def _counting_syncs() -> Iterator[list[str]]:
+    """Collects, as "file:line", where this thread's forward synchronized while it runs; torch's
+    sync warnings from this thread are not shown, every other warning is. A filter in front makes
+    sure neither `-W error` nor an ignore filter changes what is counted. The warnings module is
+    process-wide: another thread's warnings during the probe are shown as usual, and the filters
+    are put back as they were when it ends."""
+    thread = threading.get_ident()
+    found: list[str] = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("always", message=_SYNC_WARNING)
+        show = warnings.showwarning
+
+        def count_or_show(message, category, filename, lineno, file=None, line=None):
+            if threading.get_ident() == thread and str(message).startswith(_SYNC_WARNING):
+                found.append(f"{filename}:{lineno}")
+                return
+            show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = count_or_show
+        yield found
+
+
+def _probe_verdict(found: list[str]) -> None:
+    """Fails the probe, after its forward returned, when the forward synchronized."""
+    if found:
+        more = f" and {len(found) - 1} more time(s)" if len(found) > 1 else ""
+        raise RuntimeError(
+            f"graphed: the forward {_SYNC_WARNING} at {found[0]}{more}, found by graphed's sync "
+            "probe; a captured graph cannot hold a host synchronization: take it out of the "
+            "forward (or skip it when torch.cuda.is_current_stream_capturing()), or leave this "
+            "module eager"
+        )
+
+
+@contextlib.contextmanager
 def forward_in_phase(phase: int, owner: object, state_tensors) -> Iterator[None]:
     """Runs one forward of the core as `phase` requires: capture-aware answers during probe and
     warm-ups, and state tensors put back after each warm-up. `owner` (the GraphedForward) keys
@@ -98,7 +142,12 @@ def forward_in_phase(phase: int, owner: object, state_tensors) -> Iterator[None]
     outer = getattr(_local, "as_if_capturing", False)
     _local.as_if_capturing = True
     try:
-        yield
+        if phase == PHASE_PROBE:
+            with _counting_syncs() as found:
+                yield
+            _probe_verdict(found)
+        else:
+            yield
     finally:
         _local.as_if_capturing = outer
         snapshot.restore()

@@ -4,6 +4,8 @@ one), on both call paths. The GPU half of these patterns is test_patterns_gpu.py
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from graphed import GraphedForward
@@ -29,3 +31,52 @@ def test_a_strided_input_written_in_place_is_written_back(variant):
         got = gf(cache=graphed_cache, row=row, value=value, variant=variant)
         torch.testing.assert_close(got, want)
     torch.testing.assert_close(graphed_cache, eager_cache)
+
+
+class SaysItSynchronizes(torch.nn.Module):
+    """Stands in for a forward with a host sync: on the CPU, torch's sync-debug warning is the
+    only trace of one that the probe listens for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished = 0
+
+    def forward(self, *, x):
+        warnings.warn("called a synchronizing CUDA operation", stacklevel=1)  # the sync
+        warnings.warn("an unrelated warning of the forward", UserWarning, stacklevel=1)
+        self.finished += 1  # the forward ran to its end
+        return x * 2
+
+
+@pytest.mark.parametrize("user_filter", ["default", "error", "ignore"])
+def test_the_sync_probe_lets_the_forward_finish_then_fails_naming_the_line(
+    emulated_backend, user_filter
+):
+    module = SaysItSynchronizes()
+    gf = GraphedForward(module, device="cpu", name="syncs")
+    x = torch.arange(4.0)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter(user_filter)
+        warnings.filterwarnings("always", message="an unrelated")
+        warnings.filterwarnings("ignore", category=RuntimeWarning)  # graphed's own disable notice
+        if user_filter == "error":
+            # The eager run after the disable raises where the user's filter says; the probe
+            # before it had run the whole forward all the same.
+            with pytest.raises(UserWarning, match="synchronizing"):
+                gf(x=x)
+        else:
+            torch.testing.assert_close(gf(x=x), x * 2)
+    # The probe ran the whole forward, then the eager run after the disable ran it again.
+    assert module.finished == (1 if user_filter == "error" else 2)
+    stats = gf.stats()
+    assert stats["enabled"] is False
+    assert stats["captures"] == 0
+    reason = stats["disabled_reason"]
+    assert "called a synchronizing CUDA operation at " in reason, reason
+    assert "test_patterns_cpu.py:" in reason, reason
+    # Other warnings of the probe's forward are shown as ever; the sync one only where the probe
+    # was not listening (the eager run), and as the user's filter says.
+    unrelated = [w for w in shown if "an unrelated" in str(w.message)]
+    assert len(unrelated) == (1 if user_filter == "error" else 2), [str(w) for w in shown]
+    syncs = [w for w in shown if "synchronizing" in str(w.message)]
+    assert len(syncs) == (1 if user_filter == "default" else 0), [str(w) for w in shown]
