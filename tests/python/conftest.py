@@ -4,19 +4,19 @@
   emulated CPU backend (or, parametrised indirectly, another one such as "emulated_fail_capture")
   and restore the load-time backend afterwards, whatever the test did.
 - The repository's bench/ directory on sys.path, so that the GPU tests import the DiT model the
-  demo and benchmarks run (bench/dit_model.py) instead of carrying a copy of it.
+  demo and benchmarks run (bench/dit_model.py) instead of carrying a copy of it; the ranks that
+  _ranks.py starts get it on their PYTHONPATH.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from _backend_choice import MISSING, backend_choice_available, using_backend
+from _ranks import BENCH_DIR
 
-BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 if str(BENCH_DIR) not in sys.path:
     sys.path.append(str(BENCH_DIR))
 

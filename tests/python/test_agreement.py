@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import graphed
 import pytest
 import torch
 from _backend_choice import using_backend
+from _ranks import reports_of, run_ranks, worker_arguments
 
 CHILD_TIMEOUT_S = 180
 GROUP_TIMEOUT_S = 60
@@ -110,56 +106,12 @@ def _worker(rank: int, world_size: int, port: int, mode: str, plan: str, result_
 # -- the parent ------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _run_ranks(tmp_path: Path, mode: str, plan: list[str]) -> list[dict]:
     """Runs one child per entry of plan; returns their reports, ordered by rank."""
-    world_size = len(plan)
-    port = _free_port()
-    # The children import graphed as this process did: the installed (or editable) package, or
-    # the tree named on the PYTHONPATH they inherit. Nothing is added to their path.
-    env = dict(os.environ)
-    env["NCCL_NVLS_ENABLE"] = "0"
-    children = []
-    for rank in range(world_size):
-        result_path = tmp_path / f"{mode}_rank{rank}.json"
-        log_path = tmp_path / f"{mode}_rank{rank}.log"
-        command = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "worker",
-            str(rank),
-            str(world_size),
-            str(port),
-            mode,
-            ",".join(plan),
-            str(result_path),
-        ]
-        log = open(log_path, "w")  # noqa: SIM115 - closed after the child exits
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        children.append((process, log, log_path, result_path))
-    deadline = time.monotonic() + CHILD_TIMEOUT_S
-    reports = []
-    failures = []
-    for rank, (process, log, log_path, result_path) in enumerate(children):
-        try:
-            code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            code = f"a timeout after {CHILD_TIMEOUT_S} s"
-        log.close()
-        if code != 0 or not result_path.exists():
-            tail = log_path.read_text()[-3000:]
-            failures.append(f"rank {rank} exited with {code}:\n{tail}")
-            continue
-        reports.append(json.loads(result_path.read_text()))
-    assert not failures, "\n\n".join(failures)
-    return reports
+    outcomes = run_ranks(
+        Path(__file__).resolve(), len(plan), [mode, ",".join(plan)], tmp_path, CHILD_TIMEOUT_S, mode
+    )
+    return reports_of(outcomes)
 
 
 def _check_eager_results(report: dict, tolerance: float) -> None:
@@ -238,12 +190,6 @@ def test_nccl_ranks_that_both_capture_stay_enabled(tmp_path):
         _check_eager_results(report, tolerance=1e-5)
 
 
-if __name__ == "__main__" and len(sys.argv) == 8 and sys.argv[1] == "worker":
-    _worker(
-        rank=int(sys.argv[2]),
-        world_size=int(sys.argv[3]),
-        port=int(sys.argv[4]),
-        mode=sys.argv[5],
-        plan=sys.argv[6],
-        result_path=sys.argv[7],
-    )
+if __name__ == "__main__" and (arguments := worker_arguments()) is not None:
+    rank, world_size, port, result_path, (mode, plan) = arguments
+    _worker(rank, world_size, port, mode, plan, result_path)
