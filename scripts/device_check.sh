@@ -5,7 +5,9 @@
 # It has no network, so it does not go through pip (scikit-build-core may be absent): it builds
 # with plain CMake (tests ON) and `cmake --install`s the package into build-device/site, which is
 # then the only graphed on PYTHONPATH (the same files, RUNPATH and build info a wheel holds).
-# Usage: bash scripts/device_check.sh [all|build|test|bench] [extra pytest args...]
+# Usage: bash scripts/device_check.sh [all|build|test|bench|group] [extra pytest args...]
+#        (group: on two GPUs, the process-group tests and bench/sp_bench.py, after a build
+#        without the C++ tests)
 #        bash scripts/device_check.sh compare BASELINE_TREE   (host cost of this tree against an
 #        older checkout's, built and timed in the same call, alternating A/B/A/B/A/B)
 set -uo pipefail
@@ -26,9 +28,11 @@ status=0
   nvcc --version | tail -1
 } 2>&1 | tee "$OUT/env.txt"
 
-if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench || "$what" == compare ]]; then
+if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench || "$what" == compare \
+      || "$what" == group ]]; then
+  cxx_tests=$([[ "$what" == group || "$what" == bench ]] && echo OFF || echo ON)
   if ! { cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DGRAPHED_CUDA_ARCHITECTURES=90 \
-        -DGRAPHED_BUILD_TESTS=ON && cmake --build "$BUILD" -j"$(nproc)" \
+        -DGRAPHED_BUILD_TESTS="$cxx_tests" && cmake --build "$BUILD" -j"$(nproc)" \
         && rm -rf "$SITE" && cmake --install "$BUILD" --prefix "$SITE"; } > "$OUT/build.log" 2>&1; then
     echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1
   fi
@@ -46,11 +50,21 @@ if [[ "$what" == all || "$what" == test ]]; then
   tail -3 "$OUT/pytest.log"
 fi
 
+if [[ "$what" == group ]]; then
+  (cd "$BUILD" && PYTHONPATH="$SITE" timeout 420 "$PY" -m pytest ../tests/python/test_sequence_parallel.py \
+    ../tests/python/test_agreement.py ../tests/python/test_patterns_cpu.py --rootdir .. \
+    -c ../pyproject.toml -p no:cacheprovider -v -rs "$@") > "$OUT/pytest-group.log" 2>&1 || status=1
+  grep -E "PASSED|FAILED|ERROR|SKIPPED" "$OUT/pytest-group.log" | head -40
+  tail -3 "$OUT/pytest-group.log"
+fi
+if [[ "$what" == all || "$what" == bench || "$what" == group ]]; then
+  PYTHONPATH="$SITE:bench" timeout 300 "$PY" bench/sp_bench.py --out "$OUT" > "$OUT/sp_bench.log" 2>&1 \
+    || status=1
+  tail -8 "$OUT/sp_bench.log"
+fi
 if [[ "$what" == all || "$what" == bench ]]; then
-  if [[ -f bench/run.py ]]; then
-    PYTHONPATH="$SITE:bench" "$PY" bench/run.py --out "$OUT" > "$OUT/bench.log" 2>&1 || status=1
-    tail -60 "$OUT/bench.log"
-  fi
+  PYTHONPATH="$SITE:bench" "$PY" bench/run.py --out "$OUT" > "$OUT/bench.log" 2>&1 || status=1
+  tail -60 "$OUT/bench.log"
 fi
 if [[ "$what" == compare ]]; then
   baseline="${1:?compare needs the folder of the baseline checkout}"
