@@ -1,4 +1,6 @@
-"""The torch.compile(mode="reduce-overhead") baseline, run in a child process of bench/run.py.
+"""torch.compile in a child process of bench/run.py, two ways: mode="reduce-overhead" (the
+baseline), and GraphedForward over torch.compile(dynamic=False) in the default mode (graphed over
+a compiled module: inductor's kernels, graphed's replay).
 
 It has a process of its own for three reasons: a compile can take long or hang, and only a child
 can be stopped at a deadline (the big DiT is skipped when its compile passes 60 s); inductor's
@@ -6,6 +8,9 @@ CUDA-graph trees keep their own memory pool and worker processes, which must not
 memory and host-cost figures of the other methods; and a crash in the compiler loses only this
 baseline. The child builds the same workloads with the same seeds (host_cost.FirstPlusOne,
 dit_request.build_model/request_inputs) and times them with the same functions (timing.py).
+Each result says its method ("compile" or "graphed_compile") and its first-call time: for
+reduce-overhead the calls until its graph is recorded, for graphed the one call that compiles and
+captures.
 
 Protocol, one line each on the child's stdout: `GRAPHED_BENCH BEGIN <phase> <deadline_s>`,
 `GRAPHED_BENCH RESULT <json>`, `GRAPHED_BENCH END <phase>`. The parent kills the child when a
@@ -32,7 +37,13 @@ _TAG = "GRAPHED_BENCH"
 _DEFAULT_PHASE_DEADLINE_S = 150.0
 BIG_COMPILE_DEADLINE_S = 60.0
 
-__all__ = ["BIG_COMPILE_DEADLINE_S", "run_compiled"]
+# The methods the child measures, and how the report names them.
+COMPILED_METHODS = {
+    "compile": "torch.compile reduce-overhead",
+    "graphed_compile": "GraphedForward over torch.compile (default, dynamic=False)",
+}
+
+__all__ = ["BIG_COMPILE_DEADLINE_S", "COMPILED_METHODS", "run_compiled"]
 
 
 def _first_line(error: BaseException) -> str:
@@ -50,9 +61,11 @@ def run_compiled(
     budget_s: float,
     log: Any = print,
 ) -> dict:
-    """Runs the child with `settings` (see _child_main) and gathers its results: per-K host
-    cost, per-size DiT timings, and what was skipped or failed, with why."""
+    """Runs the child with `settings` (see _child_main) and gathers its results: per method,
+    per-K host cost and per-size DiT timings; and what was skipped or failed, with why."""
     results: dict[str, Any] = {"host": {}, "dit": {}, "skipped": []}
+    for kind in ("host", "dit"):
+        results[kind] = {method: {} for method in COMPILED_METHODS}
     bench_dir = Path(__file__).resolve().parent
     # The child imports graphed as this process does (installed, or through the inherited
     # PYTHONPATH); only bench/ is added, for the shared model.
@@ -143,36 +156,41 @@ def _stop(child: subprocess.Popen) -> None:
 
 
 def _describe(phase: str) -> str:
-    """A phase name as the report says it."""
-    if phase.startswith("host-k"):
-        return f"torch.compile host cost at K={phase.removeprefix('host-k')}"
-    if phase.startswith("dit-"):
-        return f"torch.compile of the {phase.split('-')[1]} DiT"
+    """A phase name as the report says it: host-METHOD-kK or dit-METHOD-SIZE."""
+    kind, method, where = phase.split("-", 2) if phase.count("-") >= 2 else ("", "", phase)
+    label = COMPILED_METHODS.get(method, method)
+    if kind == "host":
+        return f"{label}: host cost at K={where.removeprefix('k')}"
+    if kind == "dit":
+        return f"{label}: the {where} DiT"
     return phase
 
 
 def _take_result(results: dict, result: dict, log: Any) -> None:
     kind = result.pop("kind")
-    if kind == "host":
-        results["host"][str(result["k"])] = result
-        if "error" in result:
-            log(f"  torch.compile K={result['k']}: failed: {result['error']}")
-        else:
-            log(
-                f"  torch.compile K={result['k']}: {result['burst']['median']:.2f} us/call "
-                f"(compile {result['compile_s']:.1f} s)"
-            )
-    elif kind == "dit":
-        results["dit"][result["size"]] = result
-        if "error" in result:
-            log(f"  torch.compile DiT {result['size']}: failed: {result['error']}")
-        else:
-            log(
-                f"  torch.compile DiT {result['size']}: {result['forward_ms']:.3f} ms/forward "
-                f"(compile {result['compile_s']:.1f} s)"
-            )
-    elif kind == "skip":
+    if kind == "skip":
         results["skipped"].append({"what": result["what"], "why": result["why"]})
+        return
+    method = result.pop("method")
+    label = COMPILED_METHODS[method]
+    if kind == "host":
+        results["host"][method][str(result["k"])] = result
+        where, figure = f"K={result['k']}", "burst"
+    else:
+        results["dit"][method][result["size"]] = result
+        where, figure = f"DiT {result['size']}", "forward_ms"
+    if "error" in result:
+        log(f"  {label} {where}: failed: {result['error']}")
+    elif figure == "burst":
+        log(
+            f"  {label} {where}: {result['burst']['median']:.2f} us/call "
+            f"(first calls {result['compile_s']:.1f} s)"
+        )
+    else:
+        log(
+            f"  {label} {where}: {result['forward_ms']:.3f} ms/forward "
+            f"(first calls {result['compile_s']:.1f} s)"
+        )
 
 
 # -- child side -------------------------------------------------------------------------------
@@ -182,79 +200,93 @@ def _say(*words: Any) -> None:
     print(_TAG, *words, flush=True)
 
 
-def _child_host(settings: dict, clock: Any) -> None:
+def _compiled_callable(method: str, module: Any) -> tuple[Any, int]:
+    """The module as `method` runs it, and how many calls it takes to be ready (reduce-overhead:
+    compile, CUDA-graph warm-up, recording; graphed: the first call compiles and captures)."""
+    import graphed
+    import torch
+
+    if method == "compile":
+        return torch.compile(module, mode="reduce-overhead"), 3
+    compiled = torch.compile(module, dynamic=False)
+    return graphed.GraphedForward(compiled, device="cuda", name="over-compile"), 1
+
+
+def _child_host(method: str, settings: dict, clock: Any) -> None:
     import torch
     from host_cost import FirstPlusOne
     from timing import host_cost_interleaved, throughput_us
 
     for k in settings["ks"]:
-        _say("BEGIN", f"host-k{k}", 0)
-        result: dict[str, Any] = {"kind": "host", "k": k}
+        _say("BEGIN", f"host-{method}-k{k}", 0)
+        result: dict[str, Any] = {"kind": "host", "method": method, "k": k}
         try:
             torch._dynamo.reset()
-            module = FirstPlusOne()
             xs = [torch.randn(8, device="cuda") for _ in range(k)]
-            compiled = torch.compile(module, mode="reduce-overhead")
-            call = functools.partial(compiled, xs=xs)
+            runnable, first_calls = _compiled_callable(method, FirstPlusOne())
+            call = functools.partial(runnable, xs=xs)
             with torch.no_grad():
                 start = time.perf_counter()
-                for _ in range(5):
+                for _ in range(first_calls):
                     out = call()
                 torch.cuda.synchronize()
                 result["compile_s"] = time.perf_counter() - start
+                for _ in range(3):
+                    out = call()
                 result["ok"] = bool(torch.equal(out, xs[0] + 1))
                 timed = host_cost_interleaved(
-                    {"compile": call},
+                    {method: call},
                     clock,
                     torch.cuda.synchronize,
                     bursts=settings["bursts"],
                     burst_len=settings["burst_len"],
                     warmup_bursts=settings["warmup_bursts"],
                 )
-                result["burst"] = timed["compile"]
+                result["burst"] = timed[method]
                 result["throughput_us"] = throughput_us(
                     call, torch.cuda.synchronize, calls=settings["throughput_calls"]
                 )
         except Exception as error:  # reported as the method's failure
             result["error"] = _first_line(error)
         _say("RESULT", json.dumps(result))
-        _say("END", f"host-k{k}")
+        _say("END", f"host-{method}-k{k}")
 
 
-def _child_dit(size: str, settings: dict, clock: Any, deadline_s: float) -> None:
+def _child_dit(method: str, size: str, settings: dict, clock: Any, deadline_s: float) -> None:
     import torch
     from dit_request import build_model, dit_config, rel_err, request_inputs
     from timing import wall_ms_interleaved
 
-    result: dict[str, Any] = {"kind": "dit", "size": size}
+    result: dict[str, Any] = {"kind": "dit", "method": method, "size": size}
     try:
+        torch._dynamo.reset()
         cfg = dit_config(size, torch.device("cuda"), torch.bfloat16)
         model = build_model(cfg)
         calls = request_inputs(cfg)
         with torch.no_grad():
             expected = model(**calls[0])
-            compiled = torch.compile(model, mode="reduce-overhead")
+            runnable, first_calls = _compiled_callable(method, model)
             torch.cuda.synchronize()
-            _say("BEGIN", f"dit-{size}-compile", deadline_s)
+            _say("BEGIN", f"dit-{method}-{size}", deadline_s)
             start = time.perf_counter()
-            for index in range(3):  # compile, CUDA-graph warm-up, recording
-                compiled(**calls[index])
+            for index in range(first_calls):
+                runnable(**calls[index])
             torch.cuda.synchronize()
             result["compile_s"] = time.perf_counter() - start
-            _say("END", f"dit-{size}-compile")
-            result["rel_err_vs_eager"] = rel_err(compiled(**calls[0]), expected)
+            _say("END", f"dit-{method}-{size}")
+            result["rel_err_vs_eager"] = rel_err(runnable(**calls[0]), expected)
 
             def request() -> None:
                 for kwargs in calls:
-                    compiled(**kwargs)
+                    runnable(**kwargs)
 
             timed = wall_ms_interleaved(
-                {"compile": request},
+                {method: request},
                 torch.cuda.synchronize,
                 clock,
                 rounds=settings["dit_rounds"][size],
                 warmup_rounds=settings["dit_warmup_rounds"],
-            )["compile"]
+            )[method]
         result["request_ms"] = timed["wall_ms"]["median"]
         result["forward_ms"] = timed["wall_ms"]["median"] / len(calls)
         result["request_ms_p10"] = timed["wall_ms"]["p10"]
@@ -287,10 +319,12 @@ def _child_main(settings: dict) -> int:
         _say("RESULT", json.dumps({"kind": "skip", "what": "torch.compile", "why": "no CUDA"}))
         return 0
     clock = choose_host_clock()
-    _child_host(settings, clock)
+    for method in COMPILED_METHODS:
+        _child_host(method, settings, clock)
     for size in settings["dit_sizes"]:
-        deadline = BIG_COMPILE_DEADLINE_S if size == "big" else 0
-        _child_dit(size, settings, clock, deadline)
+        for method in COMPILED_METHODS:
+            deadline = BIG_COMPILE_DEADLINE_S if size == "big" else 0
+            _child_dit(method, size, settings, clock, deadline)
     return 0
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import graphed
 import torch
 from baselines import capture_bare
+from compiled import COMPILED_METHODS
 from dit_model import DiT, DiTConfig, make_inputs
 from seed_wrapper import SeedGraphedForward
 from timing import HostClock, wall_ms_interleaved
@@ -43,7 +44,8 @@ METHODS = {
     "seed": "seed Python wrapper",
     "graphed": "GraphedForward",
     "bare": "bare replay of the model's graph (floor)",
-    "compile": "torch.compile reduce-overhead",
+    "compile": COMPILED_METHODS["compile"],
+    "graphed_compile": COMPILED_METHODS["graphed_compile"],
 }
 BF16_REL_TOL = 2e-2
 

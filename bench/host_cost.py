@@ -17,6 +17,7 @@ from typing import Any
 import graphed
 import torch
 from baselines import capture_bare, passthrough_op
+from compiled import COMPILED_METHODS
 from seed_wrapper import SeedGraphedForward
 from timing import HostClock, host_cost_interleaved, throughput_us
 from torch import nn
@@ -32,7 +33,8 @@ METHODS = {
     "graphed_op": "torch.ops.graphed.forward (pre-flattened)",
     "graphed_python": "GraphedForward, Python path (flatten+op)",
     "seed": "seed Python wrapper",
-    "compile": "torch.compile reduce-overhead",
+    "compile": COMPILED_METHODS["compile"],
+    "graphed_compile": COMPILED_METHODS["graphed_compile"],
     "passthrough": "empty torch.ops call, same Tensor[]",
     "eager": "eager (one kernel launch)",
 }
