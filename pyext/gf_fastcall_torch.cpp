@@ -187,13 +187,18 @@ extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, gf_call_in_flight
     // Live inputs reach the core dense; the contiguous copies live until the call returns.
     std::vector<at::Tensor> dense;
     std::vector<graphed::DenseInput> densified;
-    dense.reserve(input_count); // never reallocates below: handles point into it
     for (size_t i = 0; i < input_count; ++i) {
       // The walk described every tensor already; only one the core cannot read as it is (a
       // strided or lazily conjugated view; torch keeps both as flags) is described again, as its
       // dense copy, which a forward's in-place write is copied back from.
       const at::Tensor &tensor = graphed::tensor_of_handle(inputs[i].handle);
       if (graphed::needs_dense_copy(tensor)) {
+        if (dense.empty()) {
+          // Reserved once, when the first copy is needed (most calls need none, and skip the
+          // allocation): it never reallocates below, so the handles into it stay valid.
+          dense.reserve(input_count);
+          densified.reserve(input_count);
+        }
         densified.push_back({i, &tensor});
         inputs[i] = graphed::describe_dense(tensor, dense);
       }

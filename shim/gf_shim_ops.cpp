@@ -54,7 +54,6 @@ std::atomic<const gf_backend *> backend_for_new_runners{nullptr};
 // has at most GF_MAX_DIMS dimensions. No reference is taken for contiguous tensors.
 std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at::Tensor> &dense) {
   dense.clear();
-  dense.reserve(tensors.size()); // never reallocates below: handles point into it
   std::vector<gf_tensor> described(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor &tensor = tensors[i];
@@ -66,6 +65,11 @@ std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at:
                                               "most %d are supported",
                                               i, static_cast<long long>(tensor.dim()),
                                               static_cast<int>(GF_MAX_DIMS)));
+    }
+    if (dense.empty() && needs_dense_copy(tensor)) {
+      // Reserved once, when the first copy is needed (most calls need none, and skip the
+      // allocation): it never reallocates below, so the handles into it stay valid.
+      dense.reserve(tensors.size());
     }
     described[i] = describe_dense(tensor, dense);
   }
