@@ -11,13 +11,22 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-/* A captured graph: torch's graph object, its executable and its copy nodes. */
+/* A captured graph: torch's graph object, its executable, its copy nodes and the copy tables last
+ * written into them. A replay whose table is the one already in its node (the same live inputs,
+ * outputs the caching allocator handed back at the same addresses) skips the rewrite. Measured
+ * on an H200 (torch 2.11, A/B in one session, with the lazily reserved vectors of the same
+ * change): GraphedForward at K=4 went from 6.4-6.9 to 5.3-6.2 us a call, about 0.5 us for each
+ * of the two cudaGraphExecKernelNodeSetParams calls a replay no longer makes; a replay whose
+ * addresses all changed costs what it did (7.5-8.0 against 7.5-8.6 us). */
 typedef struct gf_cuda_graph {
   gf_cuda_torch_graph *torch_graph;
   cudaGraphExec_t exec;
   int has_copy_nodes;
   gf_cuda_copy_node copy_nodes[2];
+  size_t written_count[2]; /* 0: nothing known to be in the node */
+  gf_copy written[2][GF_CUDA_COPIES_PER_LAUNCH];
 } gf_cuda_graph;
 
 static cudaStream_t gf_cuda_current_stream(void *state) {
@@ -132,6 +141,22 @@ static gf_status gf_cuda_launch(void *context, void *state, void *graph, gf_erro
   return gf_cuda_torch_graph_replay(((gf_cuda_graph *)graph)->torch_graph, err);
 }
 
+/* Rewrites the copy table of one node unless it already holds these copies. 0 or a cudaError_t. */
+static int gf_cuda_write_copy_table(gf_cuda_graph *graph, int role, const gf_copy *copies,
+                                    size_t count) {
+  if (count <= GF_CUDA_COPIES_PER_LAUNCH && graph->written_count[role] == count &&
+      memcmp(graph->written[role], copies, count * sizeof *copies) == 0) {
+    return 0;
+  }
+  graph->written_count[role] = 0;
+  int error = gf_cuda_copy_update(graph->exec, &graph->copy_nodes[role], copies, count);
+  if (error == 0 && count <= GF_CUDA_COPIES_PER_LAUNCH) {
+    memcpy(graph->written[role], copies, count * sizeof *copies);
+    graph->written_count[role] = count;
+  }
+  return error;
+}
+
 static gf_status gf_cuda_launch_folded(void *context, void *state, void *graph,
                                        const gf_copy *inputs, size_t input_count,
                                        const gf_copy *outputs, size_t output_count, gf_error *err) {
@@ -139,11 +164,9 @@ static gf_status gf_cuda_launch_folded(void *context, void *state, void *graph,
   if (!captured->has_copy_nodes) {
     return GF_ERR_NOT_FOUND;
   }
-  int error = gf_cuda_copy_update(captured->exec, &captured->copy_nodes[GF_COPY_INPUTS], inputs,
-                                  input_count);
+  int error = gf_cuda_write_copy_table(captured, GF_COPY_INPUTS, inputs, input_count);
   if (error == 0) {
-    error = gf_cuda_copy_update(captured->exec, &captured->copy_nodes[GF_COPY_OUTPUTS], outputs,
-                                output_count);
+    error = gf_cuda_write_copy_table(captured, GF_COPY_OUTPUTS, outputs, output_count);
   }
   if (error != 0) {
     return gf_error_set(err, GF_ERR_BACKEND,
