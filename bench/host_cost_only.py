@@ -16,7 +16,7 @@ import torch
 from host_cost import run_host_cost
 from timing import choose_host_clock, gc_paused
 
-RATIO_METHODS = ("graphed", "graphed_op", "graphed_python")
+RATIO_METHODS = ("graphed", "graphed_changing", "graphed_op", "graphed_python")
 
 
 def main() -> None:

@@ -73,11 +73,16 @@ if [[ "$what" == compare ]]; then
         && cmake --build "$baseline/$BUILD" -j"$(nproc)"; } > "$OUT/build-baseline.log" 2>&1; then
     echo "BASELINE BUILD FAILED"; tail -40 "$OUT/build-baseline.log"; exit 1
   fi
+  # A baseline of this layout installs its package (0.2's built into its python/ folder).
+  rm -rf "$baseline/$BUILD/site"
+  cmake --install "$baseline/$BUILD" --prefix "$baseline/$BUILD/site" >> "$OUT/build-baseline.log" 2>&1 || true
   for round in 1 2 3; do
     for tree in "$baseline" "$PWD"; do
       label=$([[ "$tree" == "$PWD" ]] && echo this || echo baseline)
-      # The baseline (old layout) builds into its source tree; this tree installs into $SITE.
-      pkg=$([[ "$tree" == "$PWD" ]] && echo "$SITE" || echo "$tree/python")
+      pkg="$SITE"
+      if [[ "$tree" != "$PWD" ]]; then
+        pkg=$([[ -d "$tree/$BUILD/site/graphed" ]] && echo "$tree/$BUILD/site" || echo "$tree/python")
+      fi
       PYTHONPATH="$pkg:bench" "$PY" bench/host_cost_only.py --label "$label-$round" \
         --json "$OUT/compare.jsonl" 2>&1 | tee -a "$OUT/compare.log" || status=1
     done
