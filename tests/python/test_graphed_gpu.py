@@ -149,6 +149,27 @@ def test_new_values_never_recapture(small_model):
         assert stats["eager_calls"] == 0
 
 
+def test_the_same_tensors_written_in_place_between_calls_replay_their_new_values(small_model):
+    """A replay rewrites its graph's copy tables only when the addresses changed. With the same
+    input tensors the input table is the one already in the graph, and the copies must still run
+    on every replay and see the values written since; a call with one new tensor, and the call
+    after it with the old one again, rewrite it."""
+    gf = GraphedForward(small_model, device="cuda")
+    kwargs = make_inputs(SMALL, rows=24, tail_rows=8)
+    for call in range(1, 6):
+        with torch.no_grad():
+            kwargs["x"].normal_()
+            kwargs["timestep"].fill_(100.0 * call)
+        assert_matches_eager(gf(**kwargs), eager(small_model, kwargs))
+        if call == 3:
+            fresh = make_inputs(SMALL, rows=24, tail_rows=8)
+            assert_matches_eager(
+                gf(**{**kwargs, "x": fresh["x"]}), eager(small_model, {**kwargs, "x": fresh["x"]})
+            )
+    stats = gf.stats()
+    assert (stats["captures"], stats["replays"], stats["eager_calls"]) == (1, 6, 0)
+
+
 def test_new_row_count_or_tail_presence_captures_a_new_graph(small_model):
     gf = GraphedForward(small_model, device="cuda", max_entries=8)
     plan = [
