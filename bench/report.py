@@ -21,7 +21,8 @@ _MIB = 2**20
 # What the first-call times of the torch.compile methods cover (see compiled.py).
 FIRST_CALLS = {
     "compile": "compile, CUDA-graph warm-up, recording",
-    "graphed_compile": "one call: compile, probe, warm-up and capture",
+    "graphed_compile": "one call: compile, probe, warm-up and capture; compiled after "
+    "reduce-overhead in the same process, so with inductor's caches warm",
 }
 
 
