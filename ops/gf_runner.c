@@ -703,9 +703,10 @@ static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor
     gf_runner_release_entry(runner, entry);
     gf_entry_destroy(entry);
   }
-  if (status == GF_ERR_FORWARD) {
+  if (status == GF_ERR_FORWARD && runner->host.agree == NULL) {
     /* The forward raised an error of its own: the caller gets it once, as from an eager call;
-     * the runner stays enabled and the forward does not run again. */
+     * the runner stays enabled and the forward does not run again. With a process group it is a
+     * capture failure like any other: every rank disabled together (below). */
     return gf_error_set(err, status, "%s", capture_err.message);
   }
   if (status != GF_OK || !agreed) {

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 struct gf_cuda_torch_graph {
@@ -55,7 +56,6 @@ struct gf_cuda_torch_runner {
   std::optional<c10::cuda::CUDAStream> side_stream;
   std::optional<c10::cuda::CUDAStream> outer_stream; // current before begin, restored at end
   at::cuda::MempoolId_t pool{0, 0};
-  c10::cuda::SyncDebugMode saved_sync_mode = c10::cuda::SyncDebugMode::L_DISABLED;
   SyncRecorder sync_recorder;
   std::unique_ptr<gf_cuda_torch_graph> capturing;
 };
@@ -127,21 +127,46 @@ extern "C" int64_t gf_cuda_torch_device_bytes_in_use(void *, void *state) {
   }
 }
 
-extern "C" gf_status gf_cuda_torch_sync_probe_begin(void *, void *state, gf_error *) {
+namespace {
+
+// torch's sync-debug mode is one setting for the process, while probes run per runner and may
+// overlap on several threads: the first probe to begin saves the mode and sets "warn", the last
+// to end puts the saved mode back.
+std::mutex probes_mutex;
+int probes_running = 0;
+c10::cuda::SyncDebugMode mode_before_probes = c10::cuda::SyncDebugMode::L_DISABLED;
+
+} // namespace
+
+extern "C" gf_status gf_cuda_torch_sync_probe_begin(void *, void *state, gf_error *err) {
   gf_cuda_torch_runner *runner = torch_runner_of(state);
-  auto &warnings = c10::cuda::warning_state();
-  runner->saved_sync_mode = warnings.get_sync_debug_mode();
+  try {
+    std::lock_guard<std::mutex> lock(probes_mutex);
+    auto &warnings = c10::cuda::warning_state();
+    if (probes_running++ == 0) {
+      mode_before_probes = warnings.get_sync_debug_mode();
+      warnings.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
+    }
+  } catch (...) {
+    return graphed::status_of_current_exception(err, "graphed: starting the sync probe failed");
+  }
   runner->sync_recorder.syncs = 0;
   runner->sync_recorder.passed_on = c10::WarningUtils::get_warning_handler();
   c10::WarningUtils::set_warning_handler(&runner->sync_recorder);
-  warnings.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
   return GF_OK;
 }
 
 extern "C" gf_status gf_cuda_torch_sync_probe_end(void *, void *state, gf_error *err) {
   gf_cuda_torch_runner *runner = torch_runner_of(state);
-  c10::cuda::warning_state().set_sync_debug_mode(runner->saved_sync_mode);
   c10::WarningUtils::set_warning_handler(runner->sync_recorder.passed_on);
+  try {
+    std::lock_guard<std::mutex> lock(probes_mutex);
+    if (--probes_running == 0) {
+      c10::cuda::warning_state().set_sync_debug_mode(mode_before_probes);
+    }
+  } catch (...) {
+    return graphed::status_of_current_exception(err, "graphed: ending the sync probe failed");
+  }
   runner->sync_recorder.passed_on = nullptr;
   if (runner->sync_recorder.syncs > 0) {
     return gf_error_set(err, GF_ERR_CAPTURE,

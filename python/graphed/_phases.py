@@ -26,6 +26,7 @@ import contextlib
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -88,27 +89,70 @@ class _Snapshot:
                     tensor.copy_(copy)
 
 
+# The hook that counts sync warnings is shared by every probe in flight: the first to begin puts
+# it (and a filter that lets the warning through) in front, the last to end takes them out
+# again, leaving alone whatever else changed meanwhile. Each probing thread counts into its own
+# list (_local.syncs_found); other threads' warnings are shown as they would have been.
+_hook_lock = threading.Lock()
+_hook_users = 0
+_shown_before: Any = None
+_sync_filter: Any = None
+
+
+def _count_or_show(message, category, filename, lineno, file=None, line=None):
+    found = getattr(_local, "syncs_found", None)
+    if found is not None and str(message).startswith(_SYNC_WARNING):
+        found.append(f"{filename}:{lineno}")
+        return
+    _shown_before(message, category, filename, lineno, file, line)
+
+
+def _install_hook() -> None:
+    global _hook_users, _shown_before, _sync_filter
+    with _hook_lock:
+        _hook_users += 1
+        if _hook_users > 1:
+            return
+        _shown_before = warnings.showwarning
+        warnings.showwarning = _count_or_show
+        warnings.filterwarnings("always", message=_SYNC_WARNING)
+        _sync_filter = warnings.filters[0]
+
+
+def _remove_hook() -> None:
+    global _hook_users, _sync_filter
+    with _hook_lock:
+        _hook_users -= 1
+        if _hook_users > 0:
+            return
+        if warnings.showwarning is _count_or_show:
+            warnings.showwarning = _shown_before
+        if _sync_filter in warnings.filters:
+            warnings.filters.remove(_sync_filter)
+            mutated = getattr(warnings, "_filters_mutated", None)
+            if mutated is not None:
+                mutated()
+        _sync_filter = None
+
+
 @contextlib.contextmanager
 def _counting_syncs() -> Iterator[list[str]]:
     """Collects, as "file:line", where this thread's forward synchronized while it runs; torch's
-    sync warnings from this thread are not shown, every other warning is. A filter in front makes
-    sure neither `-W error` nor an ignore filter changes what is counted. The warnings module is
-    process-wide: another thread's warnings during the probe are shown as usual, and the filters
-    are put back as they were when it ends."""
-    thread = threading.get_ident()
+    sync warnings from this thread are not shown, every other warning is. The filter in front
+    lets the warning through whatever filters the process had before (`-W error`, an ignore
+    filter). The warnings module is process-wide: code that replaces `warnings.showwarning` or
+    the filters while a probe runs (`catch_warnings` in another thread, or in the forward) can
+    hide a synchronization from the probe; the capture then fails on it instead, which disables
+    the runner all the same (and, with a group, on every rank)."""
+    outer = getattr(_local, "syncs_found", None)
     found: list[str] = []
-    with warnings.catch_warnings():
-        warnings.filterwarnings("always", message=_SYNC_WARNING)
-        show = warnings.showwarning
-
-        def count_or_show(message, category, filename, lineno, file=None, line=None):
-            if threading.get_ident() == thread and str(message).startswith(_SYNC_WARNING):
-                found.append(f"{filename}:{lineno}")
-                return
-            show(message, category, filename, lineno, file, line)
-
-        warnings.showwarning = count_or_show
+    _local.syncs_found = found
+    _install_hook()
+    try:
         yield found
+    finally:
+        _remove_hook()
+        _local.syncs_found = outer
 
 
 def _probe_verdict(found: list[str]) -> None:

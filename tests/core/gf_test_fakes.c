@@ -701,8 +701,8 @@ static gf_status gf_fake_run_forward(void *context, gf_forward_phase phase, cons
   gf_fake_log_push(host->log, "forward");
   if (host->fail_forward || (capturing && host->fail_forward_while_capturing) ||
       host->forward_calls == host->fail_forward_number) {
-    return gf_error_set(err, GF_ERR_BACKEND, "fake forward failed%s",
-                        capturing ? " during capture" : "");
+    return gf_error_set(err, host->forward_error_is_own ? GF_ERR_FORWARD : GF_ERR_BACKEND,
+                        "fake forward failed%s", capturing ? " during capture" : "");
   }
   int64_t scalar_sizes[1] = {1};
   gf_tensor like = count > 0 ? inputs[0] : gf_fake_view(NULL, 0, scalar_sizes);

@@ -524,7 +524,28 @@ TEST_F(Runner, AWarmUpFailingOnThisRankStopsBeforeAnyFurtherLiveForward) {
   EXPECT_EQ(host_.forward_calls, 3u) << "probe, the failing warm-up, then the eager run";
 }
 
-TEST_F(Runner, AStaticCopyFailingOnThisRankIsAgreedBeforeAnyLiveForward) {
+TEST_F(Runner, TheForwardsOwnErrorInAWarmUpIsAFailureOfTheGroup) {
+  host_.fail_forward_number = 2; // the warm-up after the probe
+  host_.forward_error_is_own = 1;
+  Create();
+  Inputs inputs = MakeInputs(2, {3}, 1.0f);
+  CallExpectingCorrect(inputs); // the eager run after the disable
+  EXPECT_EQ(Stats().enabled, 0) << "with a group every rank disables together";
+  EXPECT_EQ(host_.last_agree_ok, 0);
+}
+
+TEST_F(Runner, TheForwardsOwnErrorWithoutAGroupIsTheCallersAndKeepsTheRunner) {
+  host_.no_group = 1;
+  host_.fail_forward_number = 2;
+  host_.forward_error_is_own = 1;
+  Create();
+  Inputs inputs = MakeInputs(2, {3}, 1.0f);
+  Result result = Call(inputs.views);
+  EXPECT_EQ(result.status, GF_ERR_FORWARD);
+  EXPECT_EQ(Stats().enabled, 1);
+}
+
+TEST_F(Runner, ASideStreamFailingOnThisRankIsAgreedBeforeAnyLiveForward) {
   host_.agree_forced = 1;
   host_.agree_value = 0; // the peers learn that this rank failed; so does this rank
   gf_fake_backend_fail(&backend_, GF_FAKE_HOOK_WARMUP_BEGIN, 0, "no side stream");

@@ -2,6 +2,8 @@
 // forward registered in C++. The plugin is loaded with dlopen, as torch.ops.load_library does.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/library.h>
@@ -28,11 +30,27 @@ std::vector<at::Tensor> failing_forward(at::TensorList inputs) {
   return {inputs[0]};
 }
 
+// Reads a value back to the host in C++ (a synchronization no capture survives), then finishes.
+std::atomic<int> syncing_forwards_finished{0};
+std::vector<at::Tensor> syncing_forward(at::TensorList inputs) {
+  const double peak = inputs[0].abs().max().item<double>();
+  syncing_forwards_finished++;
+  return {inputs[0] / (1.0 + peak)};
+}
+
+// Counts the warnings that reach it: the handler a C++ program had before graphed's probe.
+struct CountingHandler final : c10::WarningHandler {
+  void process(const c10::Warning &) override { ++seen; }
+  int seen = 0;
+};
+
 } // namespace
 
 TORCH_LIBRARY(graphed_cpp_test, m) {
   m.def("fwd(Tensor[] inputs) -> Tensor[]");
   m.impl("fwd", c10::DispatchKey::CompositeExplicitAutograd, TORCH_FN(cpp_forward));
+  m.def("syncing(Tensor[] inputs) -> Tensor[]");
+  m.impl("syncing", c10::DispatchKey::CompositeExplicitAutograd, TORCH_FN(syncing_forward));
   m.def("failing(Tensor[] inputs) -> Tensor[]");
   m.impl("failing", c10::DispatchKey::CompositeExplicitAutograd, TORCH_FN(failing_forward));
 }
@@ -181,6 +199,30 @@ TEST_F(ForwardOpTest, CudaReplayMatchesEagerOnFreshInputs) {
   EXPECT_EQ(counters[kEnabled], 1) << reason;
   EXPECT_EQ(counters[kCaptures], 1);
   EXPECT_EQ(counters[kReplays], 5);
+  destroy(runner);
+}
+
+TEST_F(ForwardOpTest, CudaProbeCountsACppSyncLetsTheForwardFinishAndRestoresWhatItChanged) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "needs a CUDA device";
+  }
+  CountingHandler before;
+  c10::WarningUtils::WarningHandlerGuard guard(&before);
+  auto &sync_debug = c10::cuda::warning_state();
+  sync_debug.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  int64_t runner = create("graphed_cpp_test::syncing", c10::Device(c10::kCUDA, 0));
+  at::Tensor a = at::randn({16}, at::TensorOptions().device(at::kCUDA, 0));
+  std::vector<at::Tensor> out = forward(runner, "k", {a});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(at::allclose(out[0], a / (1.0 + a.abs().max().item<double>())));
+  auto [counters, backend, reason] = stats(runner);
+  EXPECT_EQ(counters[kEnabled], 0);
+  EXPECT_NE(reason.find("called a synchronizing CUDA operation"), std::string::npos) << reason;
+  // The probe ran the forward to its end (then the eager run after the disable ran it again).
+  EXPECT_EQ(syncing_forwards_finished.load(), 2);
+  EXPECT_EQ(before.seen, 0) << "the probe's sync warning is counted, not passed on";
+  EXPECT_EQ(c10::WarningUtils::get_warning_handler(), &before);
+  EXPECT_EQ(sync_debug.get_sync_debug_mode(), c10::cuda::SyncDebugMode::L_DISABLED);
   destroy(runner);
 }
 

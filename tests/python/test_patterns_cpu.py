@@ -4,6 +4,7 @@ one), on both call paths. The GPU half of these patterns is test_patterns_gpu.py
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import pytest
@@ -80,3 +81,55 @@ def test_the_sync_probe_lets_the_forward_finish_then_fails_naming_the_line(
     assert len(unrelated) == (1 if user_filter == "error" else 2), [str(w) for w in shown]
     syncs = [w for w in shown if "synchronizing" in str(w.message)]
     assert len(syncs) == (1 if user_filter == "default" else 0), [str(w) for w in shown]
+
+
+class MeetsInItsProbe(torch.nn.Module):
+    """Waits in its probe until the other thread's probe is running too; `synchronizes` says
+    whether it also gives torch's sync warning there."""
+
+    def __init__(self, barrier: threading.Barrier, synchronizes: bool) -> None:
+        super().__init__()
+        self.barrier = barrier
+        self.synchronizes = synchronizes
+
+    def forward(self, *, x):
+        if int(torch.ops.graphed.forward_phase()) == 1:  # the probe
+            self.barrier.wait(timeout=30)
+            if self.synchronizes:
+                warnings.warn("called a synchronizing CUDA operation", stacklevel=1)
+            self.barrier.wait(timeout=30)
+        return x + 1
+
+
+def test_probes_overlapping_on_two_threads_count_only_their_own_syncs(emulated_backend):
+    barrier = threading.Barrier(2)
+    runners = {
+        "syncs": GraphedForward(MeetsInItsProbe(barrier, True), device="cpu", name="syncs"),
+        "clean": GraphedForward(MeetsInItsProbe(barrier, False), device="cpu", name="clean"),
+    }
+    shown_before, filters_before = warnings.showwarning, list(warnings.filters)
+    results, errors = {}, []
+
+    def call(name: str) -> None:
+        try:
+            results[name] = runners[name](x=torch.zeros(3))
+        except Exception as error:  # reported below
+            errors.append(error)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # graphed's own disable notice
+        threads = [threading.Thread(target=call, args=(name,)) for name in runners]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert not errors, errors
+    for name in runners:
+        torch.testing.assert_close(results[name], torch.ones(3))
+    assert runners["syncs"].stats()["enabled"] is False
+    assert "synchronizing" in runners["syncs"].stats()["disabled_reason"]
+    assert runners["clean"].stats()["enabled"] is True, runners["clean"].stats()
+    assert runners["clean"].stats()["captures"] == 1
+    # The last probe to end put the process's warning hook and filters back.
+    assert warnings.showwarning is shown_before
+    assert warnings.filters == filters_before
