@@ -65,6 +65,8 @@ fi
 if [[ "$what" == all || "$what" == bench ]]; then
   PYTHONPATH="$SITE:bench" "$PY" bench/run.py --out "$OUT" > "$OUT/bench.log" 2>&1 || status=1
   tail -60 "$OUT/bench.log"
+  PYTHONPATH="$SITE:bench" "$PY" bench/host_breakdown.py > "$OUT/host_breakdown.log" 2>&1 || status=1
+  tail -20 "$OUT/host_breakdown.log"
 fi
 if [[ "$what" == compare ]]; then
   baseline="${1:?compare needs the folder of the baseline checkout}"
