@@ -193,14 +193,8 @@ extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, gf_call_in_flight
       // dense copy, which a forward's in-place write is copied back from.
       const at::Tensor &tensor = graphed::tensor_of_handle(inputs[i].handle);
       if (graphed::needs_dense_copy(tensor)) {
-        if (dense.empty()) {
-          // Reserved once, when the first copy is needed (most calls need none, and skip the
-          // allocation): it never reallocates below, so the handles into it stay valid.
-          dense.reserve(input_count);
-          densified.reserve(input_count);
-        }
         densified.push_back({i, &tensor});
-        inputs[i] = graphed::describe_dense(tensor, dense);
+        inputs[i] = graphed::describe_dense(tensor, dense, input_count);
       }
     }
     std::vector<unsigned char> mutated(densified.empty() ? 0 : input_count);

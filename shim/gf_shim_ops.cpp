@@ -66,12 +66,7 @@ std::vector<gf_tensor> describe_borrowed(at::TensorList tensors, std::vector<at:
                                               i, static_cast<long long>(tensor.dim()),
                                               static_cast<int>(GF_MAX_DIMS)));
     }
-    if (dense.empty() && needs_dense_copy(tensor)) {
-      // Reserved once, when the first copy is needed (most calls need none, and skip the
-      // allocation): it never reallocates below, so the handles into it stay valid.
-      dense.reserve(tensors.size());
-    }
-    described[i] = describe_dense(tensor, dense);
+    described[i] = describe_dense(tensor, dense, tensors.size());
   }
   return described;
 }

@@ -81,24 +81,23 @@ const char *unsupported_tensor_reason(const at::Tensor &t) {
   return nullptr;
 }
 
-gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense) {
+gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense, size_t capacity) {
   const at::Tensor *view = &t;
-  if (!needs_dense_copy(t)) {
-    // Described as it is: the common case takes no guard and makes no copy (an inference-mode
-    // guard per tensor was a per-tensor host cost in the benchmark; see docs/benchmarks.md).
-  } else if (t.is_conj() || t.is_neg()) {
+  if (needs_dense_copy(t)) {
+    if (dense.empty()) {
+      dense.reserve(capacity);
+    }
     // Copies are normal tensors even under inference_mode, so that a forward's in-place write
-    // to one is seen (by its version counter) and copied back to t.
+    // to one is seen (by its version counter) and copied back to t. A lazily conjugated or
+    // negated view is resolved: the core copies bytes, so it gets the resolved values.
     c10::InferenceMode normal_tensors(false);
-    // A lazily conjugated or negated view: the bytes are the unconjugated ones; the core copies
-    // bytes, so it gets the resolved values.
-    dense.push_back(t.resolve_conj().resolve_neg().contiguous());
-    view = &dense.back();
-  } else {
-    c10::InferenceMode normal_tensors(false);
-    dense.push_back(t.contiguous());
+    dense.push_back(t.is_conj() || t.is_neg() ? t.resolve_conj().resolve_neg().contiguous()
+                                              : t.contiguous());
     view = &dense.back();
   }
+  // Otherwise described as it is: the common case takes no guard and makes no copy (an
+  // inference-mode guard per tensor was a per-tensor host cost in the benchmark; see
+  // docs/benchmarks.md).
   gf_tensor described = describe_tensor(*view, false);
   described.handle = const_cast<at::Tensor *>(view);
   return described;

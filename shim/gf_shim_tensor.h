@@ -24,9 +24,10 @@ const char *unsupported_tensor_reason(const at::Tensor &t);
 
 // A borrowed descriptor of t for a call into the core, which copies raw bytes: t itself when it
 // is contiguous and neither lazily conjugated nor negated, else a resolved contiguous copy
-// appended to dense, which keeps it alive for the call. The caller reserves dense so that it
-// never reallocates (handles point into it). t must pass unsupported_tensor_reason.
-gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense);
+// appended to dense, which keeps it alive for the call. The first copy reserves room for
+// `capacity` (the call's tensor count), so that dense never reallocates (handles point into it)
+// and calls without a copy allocate nothing. t must pass unsupported_tensor_reason.
+gf_tensor describe_dense(const at::Tensor &t, std::vector<at::Tensor> &dense, size_t capacity);
 
 // True when the core cannot read t's bytes as they are: strided, or a lazy conj/neg view. Never
 // throws for a tensor that passes unsupported_tensor_reason.
