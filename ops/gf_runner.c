@@ -658,14 +658,6 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
   return status;
 }
 
-static int gf_runner_agree(gf_runner *runner, int ok) {
-  if (runner->host.agree == NULL) {
-    return ok;
-  }
-  int agreed = runner->host.agree(runner->host.context, ok);
-  return agreed < 0 ? 0 : agreed;
-}
-
 static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *inputs,
                                               size_t count, const gf_tensor *keep_alive,
                                               size_t keep_alive_count,
@@ -692,8 +684,8 @@ static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor
   gf_error capture_err = {0};
   gf_status status =
       gf_runner_capture(runner, entry, inputs, count, keep_alive, keep_alive_count, &capture_err);
-  int agreed = gf_runner_agree(runner, status == GF_OK);
-  if (status == GF_OK && agreed) {
+  gf_runner_agree_on_stage(runner, "its capture", &status, &capture_err);
+  if (status == GF_OK) {
     status = gf_cache_insert(&runner->cache, entry, &capture_err);
     if (status != GF_OK) {
       gf_runner_release_entry(runner, entry);
@@ -709,11 +701,9 @@ static gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor
      * capture failure like any other: every rank disabled together (below). */
     return gf_error_set(err, status, "%s", capture_err.message);
   }
-  if (status != GF_OK || !agreed) {
+  if (status != GF_OK) {
     char reason[GF_REASON_CAPACITY];
-    snprintf(reason, sizeof reason, "capture failed: %.480s",
-             status != GF_OK ? capture_err.message
-                             : "another rank of the process group failed its capture");
+    snprintf(reason, sizeof reason, "capture failed: %.480s", capture_err.message);
     gf_runner_disable(runner, reason);
     gf_runner_warn_disabled(runner, reason);
     return gf_runner_run_eager(runner, inputs, count, options, results, err);
