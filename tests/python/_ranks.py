@@ -18,7 +18,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+import torch
+
 BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+
+
+# The NCCL tests' mark: one rank per GPU, two ranks.
+needs_two_gpus = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+    reason="needs two CUDA devices",
+)
 
 
 @dataclass

@@ -21,7 +21,7 @@ import graphed
 import pytest
 import torch
 from _backend_choice import using_backend
-from _ranks import reports_of, run_ranks, worker_arguments
+from _ranks import needs_two_gpus, reports_of, run_ranks, worker_arguments
 
 CHILD_TIMEOUT_S = 180
 GROUP_TIMEOUT_S = 60
@@ -157,12 +157,6 @@ def test_gloo_ranks_that_both_capture_stay_enabled(tmp_path, backend_choice):
         # The emulated launch does no work, so only the first call's output (written by the
         # capture-time forward from the same inputs) is comparable with eager.
         assert report["calls"][0]["max_abs_error"] <= 1e-6
-
-
-needs_two_gpus = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-    reason="needs two CUDA devices",
-)
 
 
 @pytest.mark.gpu

@@ -30,7 +30,7 @@ import graphed
 import pytest
 import torch
 from _backend_choice import using_backend
-from _ranks import reports_of, run_ranks, worker_arguments
+from _ranks import needs_two_gpus, reports_of, run_ranks, worker_arguments
 from sp_dit import SequenceParallelDiT, SPConfig, make_sp_inputs
 
 GROUP_TIMEOUT_S = 20
@@ -236,12 +236,6 @@ def test_gloo_no_one_rank_fault_in_the_probe_or_warm_ups_hangs_its_peer(tmp_path
 
 
 # -- NCCL on two GPUs ---------------------------------------------------------------------------
-
-
-needs_two_gpus = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-    reason="needs two CUDA devices",
-)
 
 
 @pytest.mark.gpu
