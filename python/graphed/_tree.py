@@ -318,15 +318,9 @@ def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str], check: b
                 node_head = (_NAMEDTUPLE, cls)
                 parts.append(f"N{len(name)}:{name}")
             parts.append("(")
-        children = []
-        for index, item in enumerate(value):
-            try:
-                children.append(_flatten(item, tensors, parts, check))
-            except _PathError as error:
-                error.segments.append(_item_segment(value, index))
-                raise
+        children = _flatten_items(value, tensors, parts, check, _item_segment, value)
         parts.append(close_token)
-        return (*node_head, tuple(children))
+        return (*node_head, children)
     node = _pytree_node(cls)
     if node is not None:
         items, context = _pytree_children(node, value)
@@ -334,18 +328,32 @@ def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str], check: b
         parts.append(f"P{len(name)}:{name}")
         parts.append(_leaf_token(context))
         parts.append("<")
-        children = []
-        for index, item in enumerate(items):
-            try:
-                children.append(_flatten(item, tensors, parts, check))
-            except _PathError as error:
-                error.segments.append(_pytree_segment(node, value, index))
-                raise
+        children = _flatten_items(items, tensors, parts, check, _pytree_segment, node, value)
         parts.append(">")
-        return (_PYTREE, node, context, tuple(children))
+        return (_PYTREE, node, context, children)
     _reject_if_holds_tensor(value)
     parts.append(_leaf_token(value))
     return (_LEAF, value)
+
+
+def _flatten_items(
+    items: Any,
+    tensors: list[torch.Tensor],
+    parts: list[str],
+    check: bool,
+    segment: Any,
+    *owner: Any,
+) -> tuple[Any, ...]:
+    """The spec nodes of a container's children, flattened in order; a refusal inside the
+    index-th one gets the path segment `segment(*owner, index)` (worked out only then)."""
+    children = []
+    for index, item in enumerate(items):
+        try:
+            children.append(_flatten(item, tensors, parts, check))
+        except _PathError as error:
+            error.segments.append(segment(*owner, index))
+            raise
+    return tuple(children)
 
 
 def _item_segment(sequence: Any, index: int) -> str:
