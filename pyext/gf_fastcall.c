@@ -690,5 +690,6 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
     Py_DECREF(module);
     return NULL;
   }
+  gf_fastcall_torch_install_interpreter_lock();
   return module;
 }

@@ -5,6 +5,7 @@
 #include "gf_torch_errors.h"
 
 #include "gf_shim_host.h"
+#include "gf_shim_interpreter_lock.h"
 #include "gf_shim_registry.h"
 #include "gf_shim_tensor.h"
 
@@ -89,6 +90,26 @@ extern "C" const char *gf_fastcall_torch_unsupported_reason(PyObject *obj) {
 }
 
 extern "C" void gf_fastcall_torch_mark_forward_error(void) { graphed::mark_forward_error(); }
+
+namespace {
+
+// Takes the GIL if this thread does not hold it, as torch does to release one Python object.
+// Once the interpreter is gone, torch leaks such objects; the work then runs as it is.
+void run_holding_gil(graphed::LockedWork work, void *context) {
+  if (!Py_IsInitialized()) {
+    work(context);
+    return;
+  }
+  PyGILState_STATE state = PyGILState_Ensure();
+  work(context);
+  PyGILState_Release(state);
+}
+
+} // namespace
+
+extern "C" void gf_fastcall_torch_install_interpreter_lock(void) {
+  graphed::set_interpreter_lock_runner(run_holding_gil);
+}
 
 extern "C" PyObject *gf_fastcall_torch_object_of(const gf_tensor *tensor) {
   try {

@@ -95,6 +95,11 @@ gf_status gf_fastcall_torch_prune(int64_t runner_id, gf_call_state *state, gf_er
  * gf_shim_host.h); the host then reports GF_ERR_FORWARD instead of a capture failure. */
 void gf_fastcall_torch_mark_forward_error(void);
 
+/* Installs, for the plugin's kernels, the way to run work holding the GIL (see
+ * shim/gf_shim_interpreter_lock.h): graphed::forward then releases a call's input tensors under
+ * one acquisition instead of one per tensor. Called once, when the module loads. */
+void gf_fastcall_torch_install_interpreter_lock(void);
+
 /* Raises the Python exception that matches a failed status (ValueError, TypeError or
  * RuntimeError) and returns NULL. */
 PyObject *gf_fastcall_torch_raise(gf_status status, const gf_error *err);

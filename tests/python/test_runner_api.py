@@ -1,9 +1,16 @@
 """graphed.Runner, the operator path as an object: it captures once per key and shape on the
 emulated backend, lists its entries, closes (also as a context manager) and refuses use after
 close; torch.ops.graphed.create has schema defaults; destroying an id that is not live is a
-ValueError; GraphedForward forwards attribute access to its module and has a readable repr."""
+ValueError; torch.ops.graphed.forward releases every tensor passed to it exactly once, from any
+thread and on errors too; GraphedForward forwards attribute access to its module and has a
+readable repr."""
 
 from __future__ import annotations
+
+import gc
+import sys
+import threading
+import weakref
 
 import graphed
 import pytest
@@ -37,6 +44,42 @@ def test_create_has_schema_defaults_and_destroy_refuses_unknown_ids():
     torch.ops.graphed.destroy(runner_id)
     with pytest.raises(ValueError, match=f"no runner with id {runner_id} to destroy"):
         torch.ops.graphed.destroy(runner_id)
+
+
+def test_forward_operator_releases_every_tensor_it_was_given_once(emulated_backend):
+    """The operator's kernel releases its argument lists itself, holding the GIL once (see
+    shim/gf_shim_ops.cpp): no reference may be kept or dropped twice, on a replay, from several
+    threads at once, or when the call fails."""
+    with graphed.Runner("graphed_runner_api_test::double", device="cpu") as runner:
+        inputs = [torch.arange(4.0) + i for i in range(3)]
+        held = [torch.ones(2)]
+        forward = torch.ops.graphed.forward
+        forward(runner.runner_id, "k", inputs, held)  # the capture, whose entry keeps `held`
+        counts = [sys.getrefcount(t) for t in inputs + held]
+        for _ in range(2):
+            (y,) = forward(runner.runner_id, "k", inputs, held)
+            torch.testing.assert_close(y, inputs[0] * 2)
+
+        def replay_many() -> None:
+            for _ in range(200):
+                forward(runner.runner_id, "k", inputs, held, False, False)
+
+        threads = [threading.Thread(target=replay_many) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        with pytest.raises(ValueError, match="no runner"):
+            forward(runner.runner_id + 1_000_000, "k", inputs, held)
+        with pytest.raises(TypeError, match="input tensor 1"):
+            forward(runner.runner_id, "k", [inputs[0], torch.randn(2).to_sparse()], held)
+        assert [sys.getrefcount(t) for t in inputs + held] == counts
+        assert runner.stats()["replays"] == 3 + 3 * 200  # the capturing call replays too
+        # The last reference is the caller's: dropping it frees the tensor.
+        gone = weakref.ref(inputs[2])
+        del inputs[2]
+        gc.collect()
+        assert gone() is None
 
 
 class WithConfig(torch.nn.Module):

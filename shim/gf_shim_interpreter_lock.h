@@ -1,0 +1,25 @@
+// Where the shim runs work that releases Python objects, holding the Python interpreter's lock
+// once for all of it. When the last C++ reference to a tensor that a Python object also holds
+// goes, torch takes that lock to release the object (TensorImpl::decref_pyobject); a kernel called
+// from Python runs with the lock released, so dropping K such tensors there takes it K times.
+// The shim has no Python: the CPython entry point (pyext/) installs the way to take the lock when
+// it loads. Without it (a process with no Python, or the plugin loaded on its own) the work runs
+// as it is, and torch takes the lock per object as before.
+#pragma once
+
+namespace graphed {
+
+// Work that must not throw.
+using LockedWork = void (*)(void *context);
+
+// Runs work(context) holding the interpreter's lock (taking it if this thread does not hold it).
+using InterpreterLockRunner = void (*)(LockedWork work, void *context);
+
+// Installs the runner; NULL uninstalls it.
+void set_interpreter_lock_runner(InterpreterLockRunner runner);
+
+// Runs work(context) through the installed runner, or directly when none is installed. Call it
+// holding no lock that a thread holding the interpreter's lock may wait for (a runner's mutex).
+void run_holding_interpreter_lock(LockedWork work, void *context);
+
+} // namespace graphed
