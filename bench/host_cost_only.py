@@ -51,6 +51,11 @@ def main() -> None:
             for name in RATIO_METHODS
             if k in medians.get(name, {})
         ]
+        empty = medians.get("passthrough", {}).get(k)
+        if empty is not None:
+            parts.append(
+                f"empty op {empty:.2f} us (op bound, empty + 2x bare: {empty + 2 * bare:.2f})"
+            )
         print(f"[{args.label}] K={k}: bare {bare:.2f} us; " + "; ".join(parts), flush=True)
     if args.json is not None:
         with args.json.open("a") as out:
