@@ -57,17 +57,11 @@ gf_status host_clone_static(void *, const gf_tensor *live, gf_tensor *out, gf_er
   }
 }
 
-// A fresh output as at::empty makes it, reached by redispatching to the backend's own empty
-// kernel: the same allocator, device guard and deterministic fill, without the full dispatch that
-// at::empty starts with (key computation, BackendSelect), which a replay pays once per output.
 gf_status host_empty_like(void *, const gf_tensor *like, gf_tensor *out, gf_error *err) {
   try {
     const at::Tensor &model = tensor_of_handle(like->handle);
-    const c10::TensorOptions options = model.options();
-    at::Tensor fresh = at::_ops::empty_memory_format::redispatch(
-        c10::DispatchKeySet(options.computeDispatchKey()), model.sym_sizes(),
-        options.dtype().toScalarType(), options.layout(), options.device(), std::nullopt,
-        at::MemoryFormat::Contiguous);
+    at::Tensor fresh =
+        at::empty(model.sizes(), model.options().memory_format(at::MemoryFormat::Contiguous));
     *out = describe_tensor(fresh, true);
     return GF_OK;
   } catch (...) {
