@@ -95,7 +95,7 @@ namespace {
 
 // Takes the GIL if this thread does not hold it, as torch does to release one Python object.
 // Once the interpreter is gone, torch leaks such objects; the work then runs as it is.
-void run_holding_gil(graphed::LockedWork work, void *context) {
+void run_holding_gil(graphed::LockedWork work, void *context) noexcept {
   if (!Py_IsInitialized()) {
     work(context);
     return;

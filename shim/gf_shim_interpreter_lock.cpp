@@ -15,7 +15,7 @@ void set_interpreter_lock_runner(InterpreterLockRunner runner) {
   installed_runner.store(runner, std::memory_order_release);
 }
 
-void run_holding_interpreter_lock(LockedWork work, void *context) {
+void run_holding_interpreter_lock(LockedWork work, void *context) noexcept {
   InterpreterLockRunner runner = installed_runner.load(std::memory_order_acquire);
   if (runner != nullptr) {
     runner(work, context);

@@ -10,7 +10,7 @@
 namespace graphed {
 
 // Work that must not throw.
-using LockedWork = void (*)(void *context);
+using LockedWork = void (*)(void *context) noexcept;
 
 // Runs work(context) holding the interpreter's lock (taking it if this thread does not hold it).
 using InterpreterLockRunner = void (*)(LockedWork work, void *context);
@@ -20,6 +20,6 @@ void set_interpreter_lock_runner(InterpreterLockRunner runner);
 
 // Runs work(context) through the installed runner, or directly when none is installed. Call it
 // holding no lock that a thread holding the interpreter's lock may wait for (a runner's mutex).
-void run_holding_interpreter_lock(LockedWork work, void *context);
+void run_holding_interpreter_lock(LockedWork work, void *context) noexcept;
 
 } // namespace graphed

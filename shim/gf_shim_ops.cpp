@@ -35,6 +35,8 @@ extern "C" {
 #include <atomic>
 #include <string>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace graphed {
@@ -180,10 +182,44 @@ struct ArgumentLists {
   c10::IValue keep_alive;
 };
 
-void release_argument_lists(void *context) {
+void release_argument_lists(void *context) noexcept {
   auto *lists = static_cast<ArgumentLists *>(context);
   lists->inputs = c10::IValue();
   lists->keep_alive = c10::IValue();
+}
+
+// Whether a tensor has a Python object (the detection keeps the build working with a torch whose
+// PyObjectSlot lacks load_pyobj; such a torch is answered "yes", which only costs a GIL
+// acquisition).
+template <typename Slot, typename = void> struct SlotLoadsPyObject : std::false_type {};
+template <typename Slot>
+struct SlotLoadsPyObject<Slot, std::void_t<decltype(std::declval<const Slot &>().load_pyobj())>>
+    : std::true_type {};
+
+template <typename Slot> bool slot_has_python_object(const Slot *slot) {
+  if constexpr (SlotLoadsPyObject<Slot>::value) {
+    return slot->load_pyobj() != nullptr;
+  } else {
+    return true;
+  }
+}
+
+// Whether releasing this list makes torch release a Python object, which takes the GIL: the list
+// is the last holder of its elements, and a tensor in it is held by its Python object and this
+// list alone. Tensors made in C++, and lists a C++ caller still holds the tensors of (the
+// dispatcher's boxing copies them), release without the GIL, so they are released as they are.
+bool releases_a_python_object(const c10::IValue &list) {
+  if (!list.isTensorList() || list.use_count() != 1) {
+    return false;
+  }
+  for (const c10::IValue &item : list.toListRef()) {
+    const at::Tensor &tensor = item.toTensor();
+    if (tensor.defined() && tensor.use_count() == 2 &&
+        slot_has_python_object(tensor.unsafeGetTensorImpl()->pyobj_slot())) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // graphed::forward's kernel, boxed. A call from Python through torch.ops reaches its kernel
@@ -192,8 +228,8 @@ void release_argument_lists(void *context) {
 // release that object (TensorImpl::decref_pyobject). Measured with callgrind on torch 2.14.1 at
 // K=64, that was about a third of the operator's instructions and 65 GIL acquisitions a call.
 // This kernel reads the tensors in place on the stack and releases both lists under one
-// acquisition (run_holding_interpreter_lock). C++ callers reach it through the dispatcher's
-// boxing, which costs them one IValue per tensor.
+// acquisition (run_holding_interpreter_lock), taken only when a release needs it. C++ callers
+// reach it through the dispatcher's boxing, which costs them one IValue per tensor.
 void forward_kernel(const c10::OperatorHandle &, torch::jit::Stack *stack) {
   constexpr size_t argument_count = 6;
   c10::IValue *arguments = &*(stack->end() - argument_count);
@@ -203,7 +239,9 @@ void forward_kernel(const c10::OperatorHandle &, torch::jit::Stack *stack) {
   ArgumentLists lists{std::move(arguments[2]), std::move(arguments[3])};
   torch::jit::drop(*stack, argument_count);
   stack->emplace_back(std::move(outputs));
-  run_holding_interpreter_lock(release_argument_lists, &lists);
+  if (releases_a_python_object(lists.inputs) || releases_a_python_object(lists.keep_alive)) {
+    run_holding_interpreter_lock(release_argument_lists, &lists);
+  }
 }
 
 std::tuple<std::vector<int64_t>, std::string, std::string> stats_op(int64_t runner_id) {

@@ -49,12 +49,14 @@ def test_create_has_schema_defaults_and_destroy_refuses_unknown_ids():
 def test_forward_operator_releases_every_tensor_it_was_given_once(emulated_backend):
     """The operator's kernel releases its argument lists itself, holding the GIL once (see
     shim/gf_shim_ops.cpp): no reference may be kept or dropped twice, on a replay, from several
-    threads at once, or when the call fails."""
+    threads at once, or when the call fails. The capturing call's entry keeps every tensor alive
+    too (keep_alive), so that a reference dropped twice would show as a lower count here rather
+    than as a freed tensor."""
     with graphed.Runner("graphed_runner_api_test::double", device="cpu") as runner:
         inputs = [torch.arange(4.0) + i for i in range(3)]
         held = [torch.ones(2)]
         forward = torch.ops.graphed.forward
-        forward(runner.runner_id, "k", inputs, held)  # the capture, whose entry keeps `held`
+        forward(runner.runner_id, "k", inputs, held + inputs)  # the capture
         counts = [sys.getrefcount(t) for t in inputs + held]
         for _ in range(2):
             (y,) = forward(runner.runner_id, "k", inputs, held)
@@ -75,7 +77,8 @@ def test_forward_operator_releases_every_tensor_it_was_given_once(emulated_backe
             forward(runner.runner_id, "k", [inputs[0], torch.randn(2).to_sparse()], held)
         assert [sys.getrefcount(t) for t in inputs + held] == counts
         assert runner.stats()["replays"] == 3 + 3 * 200  # the capturing call replays too
-        # The last reference is the caller's: dropping it frees the tensor.
+        # Once the entry is gone, the last reference is the caller's: dropping it frees the tensor.
+        runner.reset()
         gone = weakref.ref(inputs[2])
         del inputs[2]
         gc.collect()
