@@ -116,11 +116,10 @@ def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
         "graphed_changing": Alternating(fast, xs, [x.clone() for x in xs]).__call__,
         "graphed_static": functools.partial(fast, xs=xs, static_outputs=True),
         "graphed_keep_alive": functools.partial(fast, xs=xs, keep_alive=(held,)),
-        # pin and static_outputs keep their schema defaults, as a caller that needs neither
-        # writes the call: torch converts and checks every argument passed from Python.
-        "graphed_op": functools.partial(
-            torch.ops.graphed.forward, via_op.runner_id, key, tensors, []
-        ),
+        # keep_alive, pin and static_outputs keep their schema defaults, as a caller that needs
+        # none of them writes the call: torch converts and checks every argument passed from
+        # Python.
+        "graphed_op": functools.partial(torch.ops.graphed.forward, via_op.runner_id, key, tensors),
         "graphed_python": functools.partial(via_op, xs=xs, variant=PYTHON_PATH_VARIANT),
         "seed": functools.partial(seed, xs=xs),
         "passthrough": functools.partial(passthrough, tensors),

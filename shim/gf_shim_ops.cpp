@@ -3,7 +3,7 @@
 // rest. Schemas:
 //   create(str name, str forward_op, Device device, int max_entries=16, int warmup_iters=2,
 //          bool enabled=True, str? agree_op=None, str? observer_op=None) -> int
-//   forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive, bool pin=False,
+//   forward(int runner, str key, Tensor[] inputs, Tensor[]? keep_alive=None, bool pin=False,
 //           bool static_outputs=False) -> Tensor[]
 //   stats(int runner) -> (int[], str, str)      counters, backend name, disabled reason
 //   entries(int runner) -> (str[] key_hex, str[] shapes, int[] replays, int[] static_bytes,
@@ -76,11 +76,12 @@ std::vector<gf_tensor> describe_borrowed(const Tensors &tensors, std::vector<at:
   return described;
 }
 
-// The tensors of a Tensor[] argument where the boxed kernel finds it on the stack, each read in
-// place: no reference is taken or dropped.
+// The tensors of a Tensor[] (or Tensor[]?) argument where the boxed kernel finds it on the stack,
+// each read in place: no reference is taken or dropped. None reads as no tensor.
 class TensorsOnStack {
 public:
-  explicit TensorsOnStack(const c10::IValue &list) : items_(list.toListRef()) {}
+  explicit TensorsOnStack(const c10::IValue &list)
+      : items_(list.isNone() ? c10::ArrayRef<c10::IValue>() : list.toListRef()) {}
   size_t size() const { return items_.size(); }
   const at::Tensor &operator[](size_t i) const { return items_[i].toTensor(); }
 
@@ -354,8 +355,8 @@ TORCH_LIBRARY(graphed, m) {
         &graphed::create_op);
   // pt2_compliant: its fake implementation (graphed/_fake.py) passes torch.library.opcheck
   // (tests/python/test_compile.py).
-  m.def("forward(int runner, str key, Tensor[] inputs, Tensor[] keep_alive, bool pin=False, "
-        "bool static_outputs=False) -> Tensor[]",
+  m.def("forward(int runner, str key, Tensor[] inputs, Tensor[]? keep_alive=None, "
+        "bool pin=False, bool static_outputs=False) -> Tensor[]",
         {at::Tag::pt2_compliant_tag});
   m.impl("forward", c10::DispatchKey::CompositeExplicitAutograd,
          torch::CppFunction::makeFromBoxedFunction<&graphed::forward_kernel>());

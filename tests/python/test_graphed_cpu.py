@@ -300,10 +300,14 @@ def test_forward_operator_callable_directly(raw_runner):
     assert reason.startswith("graphs unavailable")
     eager_calls = counters[5]
     assert eager_calls == 1
-    # The defaults of pin and static_outputs may be left out.
+    # The defaults of keep_alive, pin and static_outputs may be left out; keep_alive may be None.
     outputs = torch.ops.graphed.forward(raw_runner, "key", [t], [])
     torch.testing.assert_close(outputs[0], t * 2 + 1, rtol=0, atol=0)
-    assert torch.ops.graphed.stats(raw_runner)[0][5] == 2
+    outputs = torch.ops.graphed.forward(raw_runner, "key", [t])
+    torch.testing.assert_close(outputs[0], t * 2 + 1, rtol=0, atol=0)
+    outputs = torch.ops.graphed.forward(raw_runner, "key", [t], None, False, True)
+    torch.testing.assert_close(outputs[0], t * 2 + 1, rtol=0, atol=0)
+    assert torch.ops.graphed.stats(raw_runner)[0][5] == 4
 
 
 def test_unknown_forward_operator_is_a_value_error():
