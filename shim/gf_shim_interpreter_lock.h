@@ -18,8 +18,10 @@ using InterpreterLockRunner = void (*)(LockedWork work, void *context);
 // Installs the runner; NULL uninstalls it.
 void set_interpreter_lock_runner(InterpreterLockRunner runner);
 
-// Runs work(context) through the installed runner, or directly when none is installed. Call it
-// holding no lock that a thread holding the interpreter's lock may wait for (a runner's mutex).
+// Runs work(context) through the installed runner, or directly when none is installed. It may
+// wait for the interpreter's lock, so call it only where that is safe: a caller may hold a
+// runner's mutex, because nothing waits for a runner's mutex while holding the interpreter's
+// lock (docs/architecture.md, "Threading").
 void run_holding_interpreter_lock(LockedWork work, void *context) noexcept;
 
 } // namespace graphed

@@ -99,3 +99,19 @@ def worker_arguments() -> tuple[int, int, int, str, list[str]] | None:
     if len(sys.argv) < 6 or sys.argv[1] != "worker":
         return None
     return int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6:]
+
+
+def join_group(backend: str, rank: int, world: int, port: int, timeout_s: float) -> None:
+    """Joins this rank to the test's default process group over TCP on localhost; timeout_s is
+    the group's timeout, which torch's watchdog enforces on a stuck collective."""
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        backend=backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )

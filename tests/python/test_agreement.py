@@ -21,7 +21,7 @@ import graphed
 import pytest
 import torch
 from _backend_choice import using_backend
-from _ranks import needs_two_gpus, reports_of, run_ranks, worker_arguments
+from _ranks import join_group, needs_two_gpus, reports_of, run_ranks, worker_arguments
 
 CHILD_TIMEOUT_S = 180
 GROUP_TIMEOUT_S = 60
@@ -59,8 +59,6 @@ def _request(device: torch.device, seed: int) -> dict:
 
 
 def _worker(rank: int, world_size: int, port: int, mode: str, plan: str, result_path: str):
-    import datetime
-
     import torch.distributed as dist
 
     backends = plan.split(",")
@@ -73,13 +71,7 @@ def _worker(rank: int, world_size: int, port: int, mode: str, plan: str, result_
         torch.cuda.set_device(rank)
         device = torch.device("cuda", rank)
         synchronize = backends[rank] == "sync"
-    dist.init_process_group(
-        backend=mode,
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world_size,
-        timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S),
-    )
+    join_group(mode, rank, world_size, port, GROUP_TIMEOUT_S)
     try:
         module = SmallForward(synchronize).to(device)
         with backend_choice:

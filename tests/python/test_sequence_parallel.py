@@ -20,7 +20,6 @@ Run as a script (`python test_sequence_parallel.py worker ...`), this file is a 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import os
 import warnings
@@ -30,7 +29,7 @@ import graphed
 import pytest
 import torch
 from _backend_choice import using_backend
-from _ranks import needs_two_gpus, reports_of, run_ranks, worker_arguments
+from _ranks import join_group, needs_two_gpus, reports_of, run_ranks, worker_arguments
 from sp_dit import SequenceParallelDiT, SPConfig, make_sp_inputs
 
 GROUP_TIMEOUT_S = 20
@@ -147,13 +146,7 @@ def _worker(rank, world, port, result_path, mode, cases) -> None:
         config = SPConfig(blocks=4, dim=256, heads=4, rows=256, device=f"cuda:{rank}")
     else:
         config = SPConfig(blocks=2, dim=64, heads=4, rows=32)
-    dist.init_process_group(
-        backend=mode,
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S),
-    )
+    join_group(mode, rank, world, port, GROUP_TIMEOUT_S)
     faults = {**ALIGNABLE, **UNALIGNABLE}
     report = {"rank": rank, "cases": {}}
     try:
