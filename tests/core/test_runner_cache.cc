@@ -1,0 +1,242 @@
+// Tests of a runner's graph cache: the key and the hashed signature select the graph (also when
+// every hash collides), gf_runner_entry_replays, the counters, LRU eviction and what it releases,
+// pinned entries, and what drops every graph: disable (whose first reason sticks), reset (which
+// recaptures with the probe) and destroy (which releases every handle).
+#include "gf_runner.h"
+#include "gf_test_fakes.h"
+#include "runner_fixture.h"
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using namespace runner_test;
+
+// ---- signatures --------------------------------------------------------------------------
+
+uint64_t ConstantHash(const unsigned char *, size_t) { return 7; }
+
+TEST_F(Runner, EntryReplaysIsMinusOneForAnUnknownSignature) {
+  Create();
+  Inputs inputs = MakeInputs(1, {4}, 0.0f);
+  EXPECT_EQ(gf_runner_entry_replays(runner_, "key", 3, inputs.views.data(), 1), -1);
+  CallExpectingCorrect(inputs);
+  EXPECT_EQ(gf_runner_entry_replays(runner_, "other", 5, inputs.views.data(), 1), -1);
+}
+
+TEST_F(Runner, KeyIsPartOfTheSignature) {
+  Create();
+  Inputs inputs = MakeInputs(1, {3}, 1.0f);
+  ASSERT_EQ(Call(inputs.views, kDefault, "variant-a").status, GF_OK);
+  ASSERT_EQ(Call(inputs.views, kDefault, "variant-b").status, GF_OK);
+  ASSERT_EQ(Call(inputs.views, kDefault, "variant-a").status, GF_OK);
+  EXPECT_EQ(Stats().captures, 2u);
+  EXPECT_EQ(gf_runner_entry_replays(runner_, "variant-a", 9, inputs.views.data(), 1), 2);
+  EXPECT_EQ(gf_runner_entry_replays(runner_, "variant-b", 9, inputs.views.data(), 1), 1);
+}
+
+TEST_F(Runner, ForcedHashCollisionsStillSelectTheRightGraph) {
+  config_.hash_fn = ConstantHash;
+  Create();
+  Inputs three = MakeInputs(2, {3}, 1.0f);
+  Inputs four = MakeInputs(2, {4}, 2.0f);
+  Inputs two_by_two = MakeInputs(2, {2, 2}, 3.0f);
+  CallExpectingCorrect(three);
+  CallExpectingCorrect(four);
+  CallExpectingCorrect(two_by_two);
+  EXPECT_EQ(Stats().captures, 3u);
+  EXPECT_EQ(Stats().graphs, 3u);
+  for (int round = 0; round < 2; ++round) {
+    Inputs again_four = MakeInputs(2, {4}, 10.0f + round);
+    CallExpectingCorrect(again_four);
+    Inputs again_three = MakeInputs(2, {3}, -1.0f - round);
+    CallExpectingCorrect(again_three);
+  }
+  EXPECT_EQ(Stats().captures, 3u);
+  EXPECT_EQ(gf_runner_entry_replays(runner_, "key", 3, three.views.data(), 2), 3);
+  EXPECT_EQ(gf_runner_entry_replays(runner_, "key", 3, four.views.data(), 2), 3);
+  EXPECT_EQ(gf_runner_entry_replays(runner_, "key", 3, two_by_two.views.data(), 2), 1);
+}
+
+// ---- counters, eviction and pins ---------------------------------------------------------
+
+TEST_F(Runner, CountersFollowCapturesReplaysAndEvictions) {
+  config_.max_entries = 2;
+  Create();
+  Inputs a = MakeInputs(1, {1}, 1.0f);
+  Inputs b = MakeInputs(1, {2}, 1.0f);
+  Inputs c = MakeInputs(1, {3}, 1.0f);
+  CallExpectingCorrect(a);
+  CallExpectingCorrect(a);
+  CallExpectingCorrect(b);
+  CallExpectingCorrect(a); // a is now newer than b
+  CallExpectingCorrect(c); // evicts b
+  gf_runner_stats stats = Stats();
+  EXPECT_EQ(stats.graphs, 2u);
+  EXPECT_EQ(stats.pinned, 0u);
+  EXPECT_EQ(stats.captures, 3u);
+  EXPECT_EQ(stats.replays, 5u);
+  EXPECT_EQ(stats.evictions, 1u);
+  EXPECT_EQ(stats.eager_calls, 0u);
+  EXPECT_EQ(gf_runner_entry_replays(runner_, "key", 3, b.views.data(), 1), -1);
+  EXPECT_EQ(gf_runner_entry_replays(runner_, "key", 3, a.views.data(), 1), 3);
+  CallExpectingCorrect(b); // captured again, evicting the oldest
+  stats = Stats();
+  EXPECT_EQ(stats.captures, 4u);
+  EXPECT_EQ(stats.evictions, 2u);
+  EXPECT_EQ(stats.graphs, 2u);
+}
+
+TEST_F(Runner, EvictionReleasesPoolBytesHandlesAndGraph) {
+  config_.max_entries = 1;
+  Create();
+  int64_t sizes[1] = {8};
+  gf_tensor held = gf_fake_host_tensor(&host_, 1, sizes, nullptr);
+  Inputs a = MakeInputs(2, {2, 3}, 1.0f);
+  Result first = Call(a.views, kDefault, "key", {held});
+  ASSERT_EQ(first.status, GF_OK);
+  ReleaseResults();
+  EXPECT_EQ(Stats().pool_bytes, 3 * 6 * 4);
+  // The test's tensor, two static inputs, one static output and the entry's keep-alive handle.
+  EXPECT_EQ(host_.live_handles, 1 + 2 + 1 + 1);
+
+  Inputs b = MakeInputs(2, {4}, 1.0f);
+  CallExpectingCorrect(b);
+  ReleaseResults();
+  gf_runner_stats stats = Stats();
+  EXPECT_EQ(stats.evictions, 1u);
+  EXPECT_EQ(stats.graphs, 1u);
+  EXPECT_EQ(stats.pool_bytes, 3 * 4 * 4);
+  EXPECT_EQ(backend_.calls[GF_FAKE_HOOK_RELEASE_GRAPH], 1u);
+  EXPECT_EQ(backend_.live_graphs, 1);
+  EXPECT_EQ(host_.live_handles, 1 + 2 + 1) << "the evicted entry's handles must be released";
+  ReleaseTensor(held);
+}
+
+TEST_F(Runner, PinnedEntriesSurviveAndGrowthWarnsOnce) {
+  config_.max_entries = 1;
+  Create();
+  Inputs a = MakeInputs(1, {1}, 1.0f);
+  Inputs b = MakeInputs(1, {2}, 1.0f);
+  Inputs c = MakeInputs(1, {3}, 1.0f);
+  CallExpectingCorrect(a, kPinned);
+  EXPECT_EQ(host_.warn_count, 0u);
+  CallExpectingCorrect(b, kPinned);
+  ASSERT_EQ(host_.warn_count, 1u);
+  EXPECT_TRUE(Contains(host_.warnings[0], "pinned")) << host_.warnings[0];
+  EXPECT_TRUE(Contains(host_.warnings[0], "max_entries=1")) << host_.warnings[0];
+  CallExpectingCorrect(c, kPinned);
+  EXPECT_EQ(host_.warn_count, 1u) << "the growth warning is said once";
+  gf_runner_stats stats = Stats();
+  EXPECT_EQ(stats.graphs, 3u);
+  EXPECT_EQ(stats.pinned, 3u);
+  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_EQ(stats.enabled, 1);
+
+  // Unpinned entries come and go; the pinned ones stay.
+  Inputs d = MakeInputs(1, {4}, 1.0f);
+  Inputs e = MakeInputs(1, {5}, 1.0f);
+  CallExpectingCorrect(d);
+  CallExpectingCorrect(e); // evicts d, the only unpinned entry
+  stats = Stats();
+  EXPECT_EQ(stats.graphs, 4u);
+  EXPECT_EQ(stats.pinned, 3u);
+  EXPECT_EQ(stats.evictions, 1u);
+  EXPECT_EQ(gf_runner_entry_replays(runner_, "key", 3, d.views.data(), 1), -1);
+  ClearLog();
+  Inputs again = MakeInputs(1, {1}, 9.0f);
+  CallExpectingCorrect(again);
+  EXPECT_EQ(Log(), (Events{"copy_batch(1)", "launch", "copy_batch(1)"}));
+  EXPECT_EQ(host_.warn_count, 1u);
+}
+
+TEST_F(Runner, PinnedEntryIsNotEvictedWhileUnpinnedOnesAre) {
+  config_.max_entries = 2;
+  Create();
+  Inputs pinned = MakeInputs(1, {1}, 1.0f);
+  CallExpectingCorrect(pinned, kPinned);
+  for (int64_t size = 2; size < 8; ++size) {
+    Inputs other = MakeInputs(1, {size}, 1.0f);
+    CallExpectingCorrect(other);
+  }
+  EXPECT_EQ(Stats().graphs, 2u);
+  EXPECT_EQ(Stats().evictions, 5u);
+  EXPECT_EQ(gf_runner_entry_replays(runner_, "key", 3, pinned.views.data(), 1), 1);
+  EXPECT_EQ(host_.warn_count, 0u);
+}
+
+// ---- disable, reset and destroy ----------------------------------------------------------
+
+TEST_F(Runner, DisableRunsEagerAndTheFirstReasonSticks) {
+  Create();
+  Inputs inputs = MakeInputs(2, {3}, 1.0f);
+  CallExpectingCorrect(inputs);
+  ReleaseResults();
+  gf_runner_disable(runner_, "user asked: debugging");
+  EXPECT_EQ(Reason(), "user asked: debugging");
+  gf_runner_stats stats = Stats();
+  EXPECT_EQ(stats.enabled, 0);
+  EXPECT_EQ(stats.graphs, 0u);
+  EXPECT_EQ(stats.pool_bytes, 0);
+  EXPECT_EQ(backend_.calls[GF_FAKE_HOOK_RELEASE_GRAPH], 1u);
+  EXPECT_EQ(host_.live_handles, 0);
+  ClearLog();
+  CallExpectingCorrect(inputs);
+  ExpectEagerOnly(Log());
+  EXPECT_EQ(Stats().eager_calls, 1u);
+  gf_runner_disable(runner_, "a later reason");
+  EXPECT_EQ(Reason(), "user asked: debugging");
+}
+
+TEST_F(Runner, DisableWithoutReasonStillSaysDisabled) {
+  Create();
+  gf_runner_disable(runner_, nullptr);
+  EXPECT_EQ(Reason(), "disabled");
+  EXPECT_EQ(Stats().enabled, 0);
+}
+
+TEST_F(Runner, ResetDropsGraphsAndRecapturesWithTheProbe) {
+  Create();
+  Inputs inputs = MakeInputs(2, {3}, 1.0f);
+  CallExpectingCorrect(inputs);
+  ReleaseResults();
+  gf_runner_reset(runner_);
+  gf_runner_stats stats = Stats();
+  EXPECT_EQ(stats.enabled, 1);
+  EXPECT_EQ(stats.graphs, 0u);
+  EXPECT_EQ(stats.pool_bytes, 0);
+  EXPECT_EQ(backend_.live_graphs, 0);
+  EXPECT_EQ(host_.live_handles, 0);
+  EXPECT_STREQ(gf_runner_disabled_reason(runner_), "");
+  ClearLog();
+  CallExpectingCorrect(inputs);
+  EXPECT_EQ(Log(), (Events{"warmup_begin", "probe_begin", "forward", "probe_end", "forward",
+                           "warmup_end", "capture_begin", "forward", "capture_end", "copy_batch(2)",
+                           "launch", "copy_batch(1)"}));
+  EXPECT_EQ(Stats().captures, 2u);
+  EXPECT_EQ(Stats().graphs, 1u);
+}
+
+TEST_F(Runner, DestroyReleasesEveryHandleAndGraph) {
+  config_.max_entries = 2;
+  Create();
+  int64_t sizes[1] = {4};
+  gf_tensor held = gf_fake_host_tensor(&host_, 1, sizes, nullptr);
+  for (int64_t size = 1; size <= 4; ++size) {
+    Inputs inputs = MakeInputs(3, {size}, 1.0f);
+    ASSERT_EQ(Call(inputs.views, size % 2 ? kPinned : kStaticOutputs, "key", {held}).status, GF_OK);
+  }
+  EXPECT_GT(host_.live_handles, 1);
+  EXPECT_GT(backend_.live_graphs, 0);
+  ReleaseResults();
+  ReleaseTensor(held);
+  EXPECT_GT(host_.live_handles, 0) << "the runner still holds its static buffers";
+  DestroyRunner();
+  EXPECT_EQ(host_.live_handles, 0);
+  EXPECT_EQ(host_.bad_releases, 0u);
+  EXPECT_EQ(backend_.live_graphs, 0);
+  EXPECT_EQ(backend_.live_states, 0);
+  EXPECT_EQ(host_.destroyed, 1);
+}
+
+} // namespace
