@@ -19,8 +19,8 @@ from typing import Any
 
 import graphed
 import torch
-from dit_request import build_model, dit_config, request_inputs
 from seed_wrapper import SeedGraphedForward
+from workloads import build_model, dit_config, request_inputs
 
 __all__ = ["run_first_call", "run_memory"]
 

@@ -6,44 +6,32 @@ It has a process of its own for three reasons: a compile can take long or hang, 
 can be stopped at a deadline (the big DiT is skipped when its compile passes 60 s); inductor's
 CUDA-graph trees keep their own memory pool and worker processes, which must not disturb the
 memory and host-cost figures of the other methods; and a crash in the compiler loses only this
-baseline. The child builds the same workloads with the same seeds (host_cost.FirstPlusOne,
-dit_request.build_model/request_inputs) and times them with the same functions (timing.py).
-Each result says its method ("compile" or "graphed_compile") and its first-call time: for
-reduce-overhead the calls until its graph is recorded, for graphed the one call that compiles and
-captures.
+baseline. The child builds the same workloads with the same seeds (workloads.py: FirstPlusOne,
+build_model, request_inputs) and times them with the same functions (timing.py). Each result says
+its method (a key of methods.COMPILED_METHODS) and its first-call time: for reduce-overhead the
+calls until its graph is recorded, for graphed the one call that compiles and captures.
 
-Protocol, one line each on the child's stdout: `GRAPHED_BENCH BEGIN <phase> <deadline_s>`,
-`GRAPHED_BENCH RESULT <json>`, `GRAPHED_BENCH END <phase>`. The parent kills the child when a
-phase outlives its deadline or the whole child outlives its budget.
+The phases, their deadlines and the result lines follow child.py's protocol; child.supervise runs
+the child and stops it when a phase outlives its deadline or the whole child its budget.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import os
-import queue
-import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-_TAG = "GRAPHED_BENCH"
-_DEFAULT_PHASE_DEADLINE_S = 150.0
+import child
+from methods import COMPILED_METHODS
+
 BIG_COMPILE_DEADLINE_S = 60.0
 
-# The methods the child measures, and how the report names them.
-COMPILED_METHODS = {
-    "compile": "torch.compile reduce-overhead",
-    "graphed_compile": "GraphedForward over torch.compile (default, dynamic=False)",
-}
-
-__all__ = ["BIG_COMPILE_DEADLINE_S", "COMPILED_METHODS", "run_compiled"]
+__all__ = ["BIG_COMPILE_DEADLINE_S", "run_compiled"]
 
 
 def _first_line(error: BaseException) -> str:
@@ -66,93 +54,46 @@ def run_compiled(
     results: dict[str, Any] = {"host": {}, "dit": {}, "skipped": []}
     for kind in ("host", "dit"):
         results[kind] = {method: {} for method in COMPILED_METHODS}
+    command, env = _child_command(settings)
+    outcome = child.supervise(
+        command,
+        env=env,
+        budget_s=budget_s,
+        on_result=lambda result: _take_result(results, result, log),
+        name="torch.compile",
+        log=log,
+    )
+    _collect(results, outcome, log)
+    return results
+
+
+def _child_command(settings: dict) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of the child: this file, run with `settings`."""
     bench_dir = Path(__file__).resolve().parent
     # The child imports graphed as this process does (installed, or through the inherited
     # PYTHONPATH); only bench/ is added, for the shared model.
     paths = [str(bench_dir), os.environ.get("PYTHONPATH", "")]
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(p for p in paths if p))
     command = [sys.executable, str(bench_dir / "compiled.py"), "--child", json.dumps(settings)]
-    started = time.monotonic()
-    child = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,  # its own process group: stopping it stops its compile workers
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
+    return command, env
 
-    def pump() -> None:
-        assert child.stdout is not None
-        for raw in child.stdout:
-            lines.put(raw.rstrip("\n"))
-        lines.put(None)
 
-    threading.Thread(target=pump, daemon=True).start()
-    tail: list[str] = []
-    phase, phase_started, phase_deadline = None, 0.0, 0.0
-    killed_for = None
-    exited_at = 0.0
-    while True:
-        try:
-            line = lines.get(timeout=0.5)
-        except queue.Empty:
-            line = ""
-        if line is None:
-            break
-        now = time.monotonic()
-        if line.startswith(_TAG + " "):
-            words = line.split(" ", 3)
-            if words[1] == "BEGIN":
-                phase, phase_started = words[2], now
-                phase_deadline = float(words[3]) if len(words) > 3 else 0.0
-                phase_deadline = phase_deadline or _DEFAULT_PHASE_DEADLINE_S
-                log(f"  torch.compile: {phase} ...")
-            elif words[1] == "END":
-                phase = None
-            elif words[1] == "RESULT":
-                try:
-                    result = json.loads(line.split(" ", 2)[2])
-                except (IndexError, ValueError):
-                    log(f"  torch.compile: unreadable result line: {line[:200]}")
-                else:
-                    _take_result(results, result, log)
-        elif line:
-            tail = (tail + [line])[-15:]
-        if killed_for is None and phase is not None and now - phase_started > phase_deadline:
-            killed_for = (phase, f"it took longer than {phase_deadline:.0f} s, so it was stopped")
-        elif killed_for is None and now - started > budget_s:
-            killed_for = (phase or "torch.compile", f"the child passed its {budget_s:.0f} s budget")
-        if killed_for is not None and child.poll() is None:
-            _stop(child)
-        # A worker the child left behind may hold the pipe open: stop reading soon after it exits.
-        if child.poll() is not None:
-            exited_at = exited_at or now
-            if now - exited_at > 5:
-                break
-    child.wait()
-    _stop(child)  # compile workers it may have left behind
-    if killed_for is not None:
-        what, why = killed_for
+def _collect(results: dict, outcome: child.Outcome, log: Any) -> None:
+    """Records why the child stopped early, if it did, with its last lines and its duration."""
+    if outcome.killed_for is not None:
+        what, why = outcome.killed_for
         results["skipped"].append(
             {"what": f"{_describe(what)} (and any later torch.compile phase)", "why": why}
         )
         log(f"  torch.compile: stopped: {why}")
-    elif child.returncode != 0:
+    elif outcome.returncode != 0:
+        tail = outcome.tail
         last = tail[-1] if tail else "no output"
-        why = f"the torch.compile child exited with status {child.returncode} ({last})"
+        why = f"the torch.compile child exited with status {outcome.returncode} ({last})"
         results["skipped"].append({"what": "torch.compile phases it had not reported", "why": why})
         log(f"  {why}; last lines:\n    " + "\n    ".join(tail))
-    results["child_tail"] = tail
-    results["seconds"] = time.monotonic() - started
-    return results
-
-
-def _stop(child: subprocess.Popen) -> None:
-    """Kills the child's process group (the child and the workers it started)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signal.SIGKILL)
+    results["child_tail"] = outcome.tail
+    results["seconds"] = outcome.seconds
 
 
 def _describe(phase: str) -> str:
@@ -196,10 +137,6 @@ def _take_result(results: dict, result: dict, log: Any) -> None:
 # -- child side -------------------------------------------------------------------------------
 
 
-def _say(*words: Any) -> None:
-    print(_TAG, *words, flush=True)
-
-
 def _compiled_callable(method: str, module: Any) -> tuple[Any, int]:
     """The module as `method` runs it, and how many calls it takes to be ready (reduce-overhead:
     compile, CUDA-graph warm-up, recording; graphed: the first call compiles and captures)."""
@@ -214,11 +151,11 @@ def _compiled_callable(method: str, module: Any) -> tuple[Any, int]:
 
 def _child_host(method: str, settings: dict, clock: Any) -> None:
     import torch
-    from host_cost import FirstPlusOne
     from timing import host_cost_interleaved, throughput_us
+    from workloads import FirstPlusOne
 
     for k in settings["ks"]:
-        _say("BEGIN", f"host-{method}-k{k}", 0)
+        child.say("BEGIN", f"host-{method}-k{k}", 0)
         result: dict[str, Any] = {"kind": "host", "method": method, "k": k}
         try:
             torch._dynamo.reset()
@@ -248,14 +185,14 @@ def _child_host(method: str, settings: dict, clock: Any) -> None:
                 )
         except Exception as error:  # reported as the method's failure
             result["error"] = _first_line(error)
-        _say("RESULT", json.dumps(result))
-        _say("END", f"host-{method}-k{k}")
+        child.say("RESULT", json.dumps(result))
+        child.say("END", f"host-{method}-k{k}")
 
 
 def _child_dit(method: str, size: str, settings: dict, clock: Any, deadline_s: float) -> None:
     import torch
-    from dit_request import build_model, dit_config, rel_err, request_inputs
     from timing import wall_ms_interleaved
+    from workloads import build_model, dit_config, rel_err, request_inputs
 
     result: dict[str, Any] = {"kind": "dit", "method": method, "size": size}
     try:
@@ -267,13 +204,13 @@ def _child_dit(method: str, size: str, settings: dict, clock: Any, deadline_s: f
             expected = model(**calls[0])
             runnable, first_calls = _compiled_callable(method, model)
             torch.cuda.synchronize()
-            _say("BEGIN", f"dit-{method}-{size}", deadline_s)
+            child.say("BEGIN", f"dit-{method}-{size}", deadline_s)
             start = time.perf_counter()
             for index in range(first_calls):
                 runnable(**calls[index])
             torch.cuda.synchronize()
             result["compile_s"] = time.perf_counter() - start
-            _say("END", f"dit-{method}-{size}")
+            child.say("END", f"dit-{method}-{size}")
             result["rel_err_vs_eager"] = rel_err(runnable(**calls[0]), expected)
 
             def request() -> None:
@@ -294,31 +231,23 @@ def _child_dit(method: str, size: str, settings: dict, clock: Any, deadline_s: f
         result["host_ms_per_request"] = timed["host_ms"]["median"]
     except Exception as error:  # reported as the method's failure
         result["error"] = _first_line(error)
-    _say("RESULT", json.dumps(result))
-
-
-def _exit_with_parent() -> None:
-    """Ends this child if bench/run.py goes away (it runs in a session of its own)."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
+    child.say("RESULT", json.dumps(result))
 
 
 def _child_main(settings: dict) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    _exit_with_parent()
+    child.exit_with_parent()
     import torch
     from timing import choose_host_clock
 
     if not torch.cuda.is_available():
-        _say("RESULT", json.dumps({"kind": "skip", "what": "torch.compile", "why": "no CUDA"}))
+        child.say("RESULT", json.dumps({"kind": "skip", "what": "torch.compile", "why": "no CUDA"}))
         return 0
     clock = choose_host_clock()
+    # Loaded before the first phase, so that every phase, reduce-overhead's too, compiles in a
+    # process that has graphed's operators registered: the same state for all of them.
+    import graphed  # noqa: F401
+
     for method in COMPILED_METHODS:
         _child_host(method, settings, clock)
     for size in settings["dit_sizes"]:

@@ -1,13 +1,13 @@
-"""The request workload: a TaoMate-like serving request is nine forwards of a DiT-like denoiser
-(bench/dit_model.py) with per-request values changing on every forward (a fresh latent x and
-timestep each time; prompt, RoPE table and positions fixed for the request), so a graph wrapper
-must copy new values in on every call and must never re-capture.
+"""The DiT-request measurement: a TaoMate-like serving request is nine forwards of a DiT-like
+denoiser (bench/dit_model.py) with per-request values changing on every forward (a fresh latent x
+and timestep each time; prompt, RoPE table and positions fixed for the request), so a graph
+wrapper must copy new values in on every call and must never re-capture.
 
 Two sizes: "big" is the target (24 blocks, width 1024, 300 rows, bf16), device-bound once graphed;
 "small" (4 blocks, width 256, 64 rows) is short enough that the host cost of the wrapper shows.
 Every method runs the same inputs, in interleaved rounds (timing.wall_ms_interleaved), and its
-first forward is checked against eager. torch.compile runs in its own process (compiled.py) and
-builds its model and inputs with the functions here, so they are the same.
+first forward is checked against eager. The model, its inputs and the sizes are workloads.py's,
+which torch.compile's own process (compiled.py) builds too, so they are the same.
 """
 
 from __future__ import annotations
@@ -18,76 +18,12 @@ from typing import Any
 import graphed
 import torch
 from baselines import capture_bare
-from compiled import COMPILED_METHODS
-from dit_model import DiT, DiTConfig, make_inputs
+from methods import DIT_METHODS
 from seed_wrapper import SeedGraphedForward
 from timing import HostClock, wall_ms_interleaved
+from workloads import BF16_REL_TOL, build_model, config_dict, dit_config, rel_err, request_inputs
 
-__all__ = [
-    "FORWARDS_PER_REQUEST",
-    "METHODS",
-    "SIZES",
-    "build_model",
-    "dit_config",
-    "rel_err",
-    "request_inputs",
-    "run_dit_request",
-]
-
-FORWARDS_PER_REQUEST = 9
-SIZES = {
-    "big": dict(blocks=24, dim=1024, heads=16, rows=300),
-    "small": dict(blocks=4, dim=256, heads=4, rows=64),
-}
-METHODS = {
-    "eager": "eager",
-    "seed": "seed Python wrapper",
-    "graphed": "GraphedForward",
-    "bare": "bare replay of the model's graph (floor)",
-    "compile": COMPILED_METHODS["compile"],
-    "graphed_compile": COMPILED_METHODS["graphed_compile"],
-}
-BF16_REL_TOL = 2e-2
-
-
-def dit_config(size: str, device: torch.device, dtype: torch.dtype, **overrides: Any) -> DiTConfig:
-    return DiTConfig(**{**SIZES[size], **overrides}, dtype=dtype, device=device)
-
-
-def build_model(cfg: DiTConfig, seed: int = 0) -> DiT:
-    """The model with fixed random weights, built directly on its device, for inference."""
-    torch.manual_seed(seed)
-    device = torch.device(cfg.device)
-    with torch.device(device):
-        model = DiT(cfg)
-    return model.requires_grad_(False).eval()
-
-
-def request_inputs(
-    cfg: DiTConfig, forwards: int = FORWARDS_PER_REQUEST, seed: int = 1
-) -> list[dict]:
-    """The kwargs of the forwards of one request: a fresh x and timestep per forward (a
-    decreasing timestep schedule), one prompt, RoPE table and positions for all of them."""
-    generator = torch.Generator().manual_seed(seed)
-    shared = make_inputs(cfg, generator=generator)
-    calls = []
-    for index in range(forwards):
-        x = torch.randn(cfg.batch, cfg.rows, cfg.channels, generator=generator)
-        timestep = torch.full((cfg.batch,), 1000.0 * (1 - index / forwards))
-        calls.append(
-            {
-                **shared,
-                "x": x.to(device=cfg.device, dtype=cfg.dtype),
-                "timestep": timestep.to(cfg.device),
-            }
-        )
-    return calls
-
-
-def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    expected = expected.float()
-    difference = (actual.float() - expected).norm()
-    return (difference / expected.norm().clamp_min(1e-12)).item()
+__all__ = ["run_dit_request"]
 
 
 def _request(fn: Callable[..., Any], calls: list[dict]) -> None:
@@ -98,19 +34,6 @@ def _request(fn: Callable[..., Any], calls: list[dict]) -> None:
 def _bare_request(replay: Callable[[], None], forwards: int) -> None:
     for _ in range(forwards):
         replay()
-
-
-def config_dict(cfg: DiTConfig) -> dict:
-    return {
-        "blocks": cfg.blocks,
-        "dim": cfg.dim,
-        "heads": cfg.heads,
-        "rows": cfg.rows,
-        "batch": cfg.batch,
-        "channels": cfg.channels,
-        "prompt_rows": cfg.prompt_rows,
-        "dtype": str(cfg.dtype).removeprefix("torch."),
-    }
 
 
 def run_dit_request(
@@ -164,11 +87,11 @@ def run_dit_request(
         timed = wall_ms_interleaved(
             methods, sync, clock, rounds=rounds, warmup_rounds=warmup_rounds
         )
-    order = [name for name in METHODS if name in timed]
+    order = [name for name in DIT_METHODS if name in timed]
     for name in order:
         wall, host = timed[name]["wall_ms"], timed[name]["host_ms"]
         results["methods"][name] = {
-            "label": METHODS[name],
+            "label": DIT_METHODS[name],
             "request_ms": wall["median"],
             "forward_ms": wall["median"] / forwards,
             "request_ms_p10": wall["p10"],

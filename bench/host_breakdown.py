@@ -3,7 +3,7 @@
     PYTHONPATH=<graphed>:bench python bench/host_breakdown.py [--json FILE]
 
 Each row times a call that does one stage less than the row before it, in the same interleaved
-bursts (timing.host_cost_interleaved), on the host-cost workload (host_cost.FirstPlusOne, K
+bursts (timing.host_cost_interleaved), on the host-cost workload (workloads.FirstPlusOne, K
 tensors in one list kwarg); a stage's cost is the difference of two rows:
 
 - Python layer: `gf(xs=xs)` against the C entry called directly with a prebuilt kwargs dict
@@ -32,8 +32,8 @@ import graphed
 import torch
 from baselines import capture_bare
 from graphed._native import _graphed_fastcall as fastcall
-from host_cost import Alternating, FirstPlusOne
 from timing import choose_host_clock, host_cost_interleaved
+from workloads import Alternating, FirstPlusOne
 
 KS = (4, 32, 64)
 

@@ -1,11 +1,12 @@
-"""The host-cost workload: what each way of calling a captured forward costs the CPU, as a function
-of the number K of input tensors, with the device never the bottleneck.
+"""The host-cost measurement: what each way of calling a captured forward costs the CPU, as a
+function of the number K of input tensors, with the device never the bottleneck.
 
-The forward launches one tiny kernel whatever K is (`xs[0] + 1` on an 8-element tensor; the other
-K-1 tensors are inputs too, so wrappers must key and copy them), so any growth with K is the
-caller's own work. Each method is one zero-argument callable (a functools.partial or a bound
-method, so no Python frame is added around the call) timed by timing.host_cost_interleaved and
-timing.throughput_us. torch.compile is measured in its own process (compiled.py).
+The forward (workloads.FirstPlusOne) launches one tiny kernel whatever K is (`xs[0] + 1` on an
+8-element tensor; the other K-1 tensors are inputs too, so wrappers must key and copy them), so any
+growth with K is the caller's own work. Each method is one zero-argument callable (a
+functools.partial or a bound method, so no Python frame is added around the call), built per K,
+checked, timed by timing.host_cost_interleaved and timing.throughput_us, and collected under its
+key in methods.HOST_COST_METHODS. torch.compile is measured in its own process (compiled.py).
 """
 
 from __future__ import annotations
@@ -17,57 +18,17 @@ from typing import Any
 import graphed
 import torch
 from baselines import capture_bare, passthrough_op
-from compiled import COMPILED_METHODS
+from methods import HOST_COST_METHODS
 from seed_wrapper import SeedGraphedForward
 from timing import HostClock, host_cost_interleaved, throughput_us
-from torch import nn
+from workloads import Alternating, FirstPlusOne
 
-__all__ = ["METHODS", "FirstPlusOne", "run_host_cost"]
+__all__ = ["run_host_cost"]
 
-# Display order and labels of every host-cost method (compile comes from compiled.py).
-METHODS = {
-    "bare": "bare replay g.replay() (floor)",
-    "graphed": "GraphedForward (C fast path)",
-    "graphed_changing": "GraphedForward, inputs and outputs at new addresses",
-    "graphed_static": "GraphedForward static_outputs=True",
-    "graphed_keep_alive": "GraphedForward keep_alive=(t,)",
-    "graphed_op": "torch.ops.graphed.forward (pre-flattened)",
-    "graphed_python": "GraphedForward, Python path (flatten+op)",
-    "seed": "seed Python wrapper",
-    "compile": COMPILED_METHODS["compile"],
-    "graphed_compile": COMPILED_METHODS["graphed_compile"],
-    "passthrough": "empty torch.ops call, same Tensor[]",
-    "eager": "eager (one kernel launch)",
-}
 # A tuple variant is no leaf type GraphedForward's C entry point takes, so calls that pass it go
 # through the Python path: graphed.flatten_kwargs, then torch.ops.graphed.forward. (keep_alive
 # no longer does that: it goes through the C entry point too.)
 PYTHON_PATH_VARIANT = ("python-path",)
-
-
-class FirstPlusOne(nn.Module):
-    """One tiny kernel whatever the number of inputs: xs[1:] are only carried along."""
-
-    def forward(self, *, xs: list[torch.Tensor]) -> torch.Tensor:
-        return xs[0] + 1
-
-
-class Alternating:
-    """Calls `forward` with two sets of inputs in turn and holds each output until the call after
-    next, so that every call's input and output addresses differ from the last call's (as in a
-    loop that keeps its results): the graph's copy tables must be rewritten on every replay. Its
-    bound `__call__` adds one Python frame to what it measures."""
-
-    def __init__(self, forward: Callable[..., Any], first: list, second: list) -> None:
-        self.forward = forward
-        self.inputs = (first, second)
-        self.held: list[Any] = [None, None]
-        self.turn = 0
-
-    def __call__(self) -> Any:
-        turn = self.turn = 1 - self.turn
-        self.held[turn] = self.forward(xs=self.inputs[turn])
-        return self.held[turn]
 
 
 def _first(result: Any) -> torch.Tensor:
@@ -196,79 +157,113 @@ def run_host_cost(
     graphs: bool,
     log: Callable[[str], None] = print,
 ) -> dict:
-    """Host microseconds per call and throughput for every method and K (see METHODS); with
-    graphs=False (no CUDA) only eager, the empty op and GraphedForward's eager fallback."""
+    """Host microseconds per call and throughput for every method and K (see
+    methods.HOST_COST_METHODS); with graphs=False (no CUDA) only eager, the empty op and
+    GraphedForward's eager fallback."""
     sync = torch.cuda.synchronize if graphs else (lambda: None)
-    results: dict[str, Any] = {
-        "K": ks,
+    timing = {
         "bursts": bursts,
         "burst_len": burst_len,
         "warmup_bursts": warmup_bursts,
         "throughput_calls": throughput_calls,
+    }
+    results: dict[str, Any] = {
+        "K": ks,
+        **timing,
         "methods": {},
         "checks": {},
         "paths": {},
         "stats": {},
     }
     build = _build_gpu_methods if graphs else _build_cpu_methods
-    # A settling pass over the first K, discarded: in a full run the first column used to read
-    # every method, bare replay included, about 2 us slower than the columns after it (the host
-    # coming out of the device-bound phases before), which inflated that column's bounds too.
+    _settle(build, ks[0], device, clock, sync, timing)
+    for k in ks:
+        _measure(results, build, k, device, clock, sync, timing, log)
+    return _in_display_order(results)
+
+
+def _settle(
+    build: Callable, k: int, device: torch.device, clock: HostClock, sync: Callable, timing: dict
+) -> None:
+    """A settling pass over the first K, discarded: in a full run the first column used to read
+    every method, bare replay included, about 2 us slower than the columns after it (the host
+    coming out of the device-bound phases before), which inflated that column's bounds too."""
     with torch.no_grad():
-        settling, settling_context, _ = build(ks[0], device)
+        settling, settling_context, _ = build(k, device)
         settling, _ = _check(settling, settling_context)
         sync()
         host_cost_interleaved(
             settling,
             clock,
             sync,
-            bursts=max(1, bursts // 4),
-            burst_len=burst_len,
-            warmup_bursts=warmup_bursts,
+            bursts=max(1, timing["bursts"] // 4),
+            burst_len=timing["burst_len"],
+            warmup_bursts=timing["warmup_bursts"],
         )
-        del settling
-    for k in ks:
-        with torch.no_grad():
-            methods, context, keep = build(k, device)
-            working, verdicts = _check(methods, context)
-            sync()
-            timed = host_cost_interleaved(
-                working,
-                clock,
-                sync,
-                bursts=bursts,
-                burst_len=burst_len,
-                warmup_bursts=warmup_bursts,
-            )
-            rates = {
-                name: throughput_us(fn, sync, calls=throughput_calls)
-                for name, fn in working.items()
-            }
-        results["checks"][str(k)] = verdicts
-        results["paths"][str(k)] = context["notes"]
-        stats = {name: runner.stats() for name, runner in context["runners"].items()}
-        if "seed" in keep:
-            stats["seed"] = keep["seed"].stats()
-        results["stats"][str(k)] = stats
-        for name in [*methods, *context["problems"]]:
-            entry = results["methods"].setdefault(
-                name, {"label": METHODS[name], "burst": {}, "throughput_us": {}, "error": {}}
-            )
-            if name in timed:
-                entry["burst"][str(k)] = timed[name]
-                entry["throughput_us"][str(k)] = rates[name]
-            else:
-                entry["error"][str(k)] = verdicts[name]
-        line = "  ".join(f"{name}={timed[name]['median']:.2f}" for name in methods if name in timed)
-        log(f"  host cost K={k} (us/call, median of {bursts} bursts of {burst_len}): {line}")
-        bad = {name: verdict for name, verdict in verdicts.items() if verdict != "ok"}
-        if bad:
-            log(f"  K={k} problems: {bad}")
-        del methods, working, context, keep
-    keep_alive_path = results["paths"].get(str(ks[0]), {}).get("graphed_keep_alive")
+
+
+def _measure(results, build, k, device, clock, sync, timing, log) -> None:
+    """One K: builds and checks its methods, times them, and records the figures in `results`;
+    its graphs are released when it returns, before the next K is built."""
+    with torch.no_grad():
+        methods, context, keep = build(k, device)
+        working, verdicts = _check(methods, context)
+        timed, rates = _time(working, clock, sync, timing)
+    _collect(results, k, methods, context, keep, verdicts, timed, rates)
+    line = "  ".join(f"{name}={timed[name]['median']:.2f}" for name in methods if name in timed)
+    log(
+        f"  host cost K={k} (us/call, median of {timing['bursts']} bursts of "
+        f"{timing['burst_len']}): {line}"
+    )
+    bad = {name: verdict for name, verdict in verdicts.items() if verdict != "ok"}
+    if bad:
+        log(f"  K={k} problems: {bad}")
+
+
+def _time(working: dict, clock: HostClock, sync: Callable, timing: dict) -> tuple[dict, dict]:
+    """The timing step: interleaved bursts of every working method, then each one's throughput."""
+    sync()
+    timed = host_cost_interleaved(
+        working,
+        clock,
+        sync,
+        bursts=timing["bursts"],
+        burst_len=timing["burst_len"],
+        warmup_bursts=timing["warmup_bursts"],
+    )
+    rates = {
+        name: throughput_us(fn, sync, calls=timing["throughput_calls"])
+        for name, fn in working.items()
+    }
+    return timed, rates
+
+
+def _collect(results, k, methods, context, keep, verdicts, timed, rates) -> None:
+    """The collect step of one K: its verdicts, paths, runner stats and per-method figures."""
+    results["checks"][str(k)] = verdicts
+    results["paths"][str(k)] = context["notes"]
+    stats = {name: runner.stats() for name, runner in context["runners"].items()}
+    if "seed" in keep:
+        stats["seed"] = keep["seed"].stats()
+    results["stats"][str(k)] = stats
+    for name in [*methods, *context["problems"]]:
+        entry = results["methods"].setdefault(
+            name,
+            {"label": HOST_COST_METHODS[name], "burst": {}, "throughput_us": {}, "error": {}},
+        )
+        if name in timed:
+            entry["burst"][str(k)] = timed[name]
+            entry["throughput_us"][str(k)] = rates[name]
+        else:
+            entry["error"][str(k)] = verdicts[name]
+
+
+def _in_display_order(results: dict) -> dict:
+    """The methods in HOST_COST_METHODS' order, keep_alive's label saying which path it took."""
+    keep_alive_path = results["paths"].get(str(results["K"][0]), {}).get("graphed_keep_alive")
     if keep_alive_path and "graphed_keep_alive" in results["methods"]:
         results["methods"]["graphed_keep_alive"]["label"] += f" [{keep_alive_path}]"
     results["methods"] = {
-        name: results["methods"][name] for name in METHODS if name in results["methods"]
+        name: results["methods"][name] for name in HOST_COST_METHODS if name in results["methods"]
     }
     return results

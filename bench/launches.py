@@ -13,8 +13,8 @@ from typing import Any
 
 import graphed
 import torch
-from host_cost import FirstPlusOne
 from seed_wrapper import SeedGraphedForward
+from workloads import FirstPlusOne
 
 __all__ = ["run_launches"]
 

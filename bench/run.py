@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import graphed  # noqa: E402
 import torch  # noqa: E402
 from graphed._doctor import driver_version  # noqa: E402
+from methods import COMPILE_LABEL, COMPILED_METHODS, HOST_COST_METHODS  # noqa: E402
 from report import write_plot, write_report  # noqa: E402
 from targets import evaluate  # noqa: E402
 from timing import choose_host_clock  # noqa: E402
@@ -77,7 +78,6 @@ SETTINGS = {
         "dit_warmup_rounds": 1,
     },
 }
-COMPILE_LABEL = "torch.compile (reduce-overhead, and GraphedForward over a default compile)"
 
 
 def log(message: str) -> None:
@@ -172,9 +172,6 @@ def _skip(results: dict, what: str, why: str) -> None:
 def _merge_compiled(results: dict, compiled: dict) -> None:
     """Puts the child's figures (reduce-overhead, and graphed over a default compile) beside the
     other methods."""
-    from compiled import COMPILED_METHODS
-    from host_cost import METHODS
-
     host = results.get("host_cost")
     for method, label in COMPILED_METHODS.items():
         per_k = compiled["host"][method]
@@ -191,7 +188,7 @@ def _merge_compiled(results: dict, compiled: dict) -> None:
             if not result.get("ok", True):
                 entry["error"][k] = "WRONG RESULT"
         methods = {**host["methods"], method: entry}
-        host["methods"] = {name: methods[name] for name in METHODS if name in methods}
+        host["methods"] = {name: methods[name] for name in HOST_COST_METHODS if name in methods}
     for size, entry in results.get("dit", {}).items():
         if not entry:
             continue
@@ -225,12 +222,19 @@ def _bench_device() -> torch.device:
 
 
 def _run_gpu(results: dict, settings: dict, clock: Any, args: argparse.Namespace) -> None:
-    from capture import run_first_call, run_memory
-    from compiled import run_compiled
-    from dit_request import run_dit_request
-    from launches import run_launches
-
+    """Every in-process section, then the replay check of what they timed, then torch.compile's
+    child process."""
     device = _bench_device()
+    _time_calls(results, settings, clock, device)
+    _time_capture(results, settings, device)
+    _check_replays(results)
+    _time_compiled(results, settings, args)
+
+
+def _time_calls(results: dict, settings: dict, clock: Any, device: torch.device) -> None:
+    """Host cost against K, then the DiT request at each size."""
+    from dit_request import run_dit_request
+
     host = _host_cost_section(results, "host cost vs K", device, settings, clock, True, log)
     if host is not None:
         results["host_cost"] = host
@@ -251,6 +255,14 @@ def _run_gpu(results: dict, settings: dict, clock: Any, args: argparse.Namespace
         )
         if value is not None:
             results["dit"][size] = value
+
+
+def _time_capture(results: dict, settings: dict, device: torch.device) -> None:
+    """First-call latency at each size, the memory of 16 resident graphs, launches per replay
+    (last: attaching the profiler can slow later launches)."""
+    from capture import run_first_call, run_memory
+    from launches import run_launches
+
     results["first_call"] = {}
     for size in ("small", "big"):
         value = _section(
@@ -260,49 +272,53 @@ def _run_gpu(results: dict, settings: dict, clock: Any, args: argparse.Namespace
         )
         if value is not None:
             results["first_call"][size] = value
-            log(
-                "  first call ms: "
-                + "  ".join(
-                    f"{name}={method['first_call_ms']:.1f}"
-                    for name, method in value["methods"].items()
-                )
-            )
+            _log_first_call(value)
     memory = _section(results, "memory of 16 resident graphs", lambda: run_memory(device))
     if memory is not None:
         results["memory"] = memory
-        log(
-            "  allocated/peak MiB: "
-            + "  ".join(
-                f"{name}={entry['allocated_bytes'] / 2**20:.1f}/"
-                f"{entry['peak_allocated_bytes'] / 2**20:.1f}"
-                for name, entry in memory["methods"].items()
-            )
-        )
+        _log_memory(memory)
     launches = _section(results, "launches per replay", lambda: run_launches(device))
     if launches is not None:
         results["launches"] = launches
-        for name, per_k in launches.items():
-            counts = "  ".join(
-                f"K={k}: {entry['launches_per_call']:g}" for k, entry in per_k.items()
-            )
-            log(f"  {name} launches/call: {counts}")
-    _check_replays(results)
+        _log_launches(launches)
+
+
+def _log_first_call(value: dict) -> None:
+    log(
+        "  first call ms: "
+        + "  ".join(
+            f"{name}={method['first_call_ms']:.1f}" for name, method in value["methods"].items()
+        )
+    )
+
+
+def _log_memory(memory: dict) -> None:
+    log(
+        "  allocated/peak MiB: "
+        + "  ".join(
+            f"{name}={entry['allocated_bytes'] / 2**20:.1f}/"
+            f"{entry['peak_allocated_bytes'] / 2**20:.1f}"
+            for name, entry in memory["methods"].items()
+        )
+    )
+
+
+def _log_launches(launches: dict) -> None:
+    for name, per_k in launches.items():
+        counts = "  ".join(f"K={k}: {entry['launches_per_call']:g}" for k, entry in per_k.items())
+        log(f"  {name} launches/call: {counts}")
+
+
+def _time_compiled(results: dict, settings: dict, args: argparse.Namespace) -> None:
+    """torch.compile's two methods in their child process, merged beside the others."""
+    from compiled import run_compiled
+
     if args.no_compile:
         _skip(results, COMPILE_LABEL, "--no-compile given")
         return
-    sizes = settings["compile_dit_sizes"]
-    if "big" not in sizes:
+    if "big" not in settings["compile_dit_sizes"]:
         _skip(results, f"{COMPILE_LABEL} of the big DiT", "--quick (its compile alone is ~1 min)")
-    child_settings = {
-        "ks": settings["compile_ks"],
-        "bursts": settings["bursts"],
-        "burst_len": settings["burst_len"],
-        "warmup_bursts": settings["warmup_bursts"],
-        "throughput_calls": settings["throughput_calls"],
-        "dit_sizes": sizes,
-        "dit_rounds": settings["dit_rounds"],
-        "dit_warmup_rounds": settings["dit_warmup_rounds"],
-    }
+    child_settings = _compile_settings(settings)
     compiled = _section(
         results,
         f"{COMPILE_LABEL} (child process)",
@@ -310,6 +326,20 @@ def _run_gpu(results: dict, settings: dict, clock: Any, args: argparse.Namespace
     )
     if compiled is not None:
         _merge_compiled(results, compiled)
+
+
+def _compile_settings(settings: dict) -> dict:
+    """What the child measures (see compiled._child_main), from this run's settings."""
+    return {
+        "ks": settings["compile_ks"],
+        "bursts": settings["bursts"],
+        "burst_len": settings["burst_len"],
+        "warmup_bursts": settings["warmup_bursts"],
+        "throughput_calls": settings["throughput_calls"],
+        "dit_sizes": settings["compile_dit_sizes"],
+        "dit_rounds": settings["dit_rounds"],
+        "dit_warmup_rounds": settings["dit_warmup_rounds"],
+    }
 
 
 def _check_replays(results: dict) -> None:

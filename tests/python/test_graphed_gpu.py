@@ -10,7 +10,8 @@ outer capture is respected, and the launches per replay do not grow with the num
 
 They skip on machines without CUDA. The model is the DiT the demo and the benchmarks run
 (bench/dit_model.py, which conftest.py puts on sys.path), so the tests and the measurements
-exercise the same forward.
+exercise the same forward, and they compare with eager by the benchmark's measure
+(bench/workloads.py's rel_err and BF16_REL_TOL).
 """
 
 from __future__ import annotations
@@ -29,13 +30,12 @@ from dit_model import DiT, DiTConfig
 from dit_model import make_inputs as dit_inputs
 from graphed import GraphedForward
 from torch import nn
+from workloads import BF16_REL_TOL, rel_err
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
-
-BF16_REL_TOL = 2e-2
 
 
 # -- the DiT the demo and the benchmarks run (bench/dit_model.py), at two sizes, in bf16 --------
@@ -89,12 +89,6 @@ def make_inputs(config: DiTConfig, rows: int, tail_rows: int = 0) -> dict:
 def eager(model: nn.Module, kwargs: dict):
     with torch.no_grad():
         return model(**kwargs)
-
-
-def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    expected = expected.float()
-    difference = (actual.float() - expected).norm()
-    return (difference / expected.norm().clamp_min(1e-12)).item()
 
 
 def assert_matches_eager(actual: torch.Tensor, expected: torch.Tensor) -> None:
