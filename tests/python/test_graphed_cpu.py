@@ -6,6 +6,8 @@ process, the same argument checking as on a GPU, and operators that work when ca
 from Python and under FakeTensor tracing. These tests pin that behaviour down; they need the
 native library built, but no device (one borrows the emulated CPU backend to have a capturing
 runner to disable).
+The forward's own exceptions and the reason of a failed capture, as the caller sees them, are
+here too.
 """
 
 from __future__ import annotations
@@ -455,3 +457,59 @@ def test_failed_capture_disables_the_runner_and_returns_the_eager_result(module,
         assert stats["enabled"] is False
         assert "emulated capture failure" in stats["disabled_reason"]
         assert (stats["captures"], stats["graphs"], stats["eager_calls"]) == (0, 0, call)
+
+
+def test_non_tensor_outputs_of_eager_calls_are_not_frozen():
+    gf = GraphedForward(lambda *, x: (x, float(x.sum())), device="cpu", enabled=False)
+    assert gf(x=torch.ones(2))[1] == 2.0
+    assert gf(x=torch.full((2,), 5.0))[1] == 10.0
+
+
+@pytest.mark.parametrize("name", ["variant", "keep_alive", "pin", "static_outputs"])
+def test_a_module_keyword_graphed_reserves_is_refused_at_construction(name):
+    namespace: dict = {}
+    exec(f"def forward(*, x, {name}=None):\n    return x", namespace)
+    with pytest.raises(TypeError, match=f"reserves.*{name}|{name}.*reserves"):
+        GraphedForward(namespace["forward"], device="cpu")
+
+
+@pytest.mark.parametrize("error_type", [ValueError, KeyError, KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("path", ["fast", "python"])
+def test_the_forwards_own_exception_keeps_its_type_runs_once_and_disables_nothing(
+    emulated_backend, error_type, path
+):
+    runs = []
+
+    def forward(*, x, fail, pair=None):
+        runs.append(1)
+        if fail:
+            raise error_type("from the forward")
+        return x * 2
+
+    gf = GraphedForward(forward, device="cpu")
+    extra = {"pair": Pair(1, 2)} if path == "python" else {}
+    with pytest.raises(error_type, match="from the forward"):
+        gf(x=torch.ones(2), fail=True, **extra)
+    assert len(runs) == 1
+    stats = gf.stats()
+    assert stats["enabled"] and gf.disabled_reason == ""
+    torch.testing.assert_close(gf(x=torch.ones(2), fail=False, **extra), torch.full((2,), 2.0))
+    assert gf.stats()["captures"] == 1
+
+
+def test_a_capture_failure_reason_is_one_line_and_the_call_returns_the_eager_result(
+    emulated_backend,
+):
+    runs = []
+
+    def forward(*, x):
+        runs.append(1)
+        if len(runs) == 1:
+            raise RuntimeError("fails under capture only\nsecond line\n  traceback")
+        return x + 1
+
+    gf = GraphedForward(forward, device="cpu")
+    torch.testing.assert_close(gf(x=torch.ones(2)), torch.full((2,), 2.0))
+    reason = gf.disabled_reason
+    assert reason.startswith("capture failed") and "fails under capture only" in reason
+    assert "\n" not in reason

@@ -2,19 +2,26 @@
 fast path's truth for plain trees) and graphed._tree (the Python path, for the trees C hands off).
 On a table of plain trees both give the same tensors in the same order, and equal keys on one path
 exactly when the other's are equal; the C substitute, output template and rebuild round-trip; and
-the call state each call sets is the outer call's again once a nested call returns."""
+the call state each call sets is the outer call's again once a nested call returns.
+Through GraphedForward: keys of leaves whose repr hides their value, output templates keyed by
+shape (also while reset races calls), and a forward calling its own GraphedForward."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import sys
+import threading
 from typing import NamedTuple
 
 import graphed  # noqa: F401  (loads the plugin the extension links against)
+import numpy as np
 import pytest
 import torch
 from graphed import GraphedForward
 from graphed._native import _graphed_fastcall as fastcall
 from graphed._tree import flatten_kwargs, flatten_output, rebuild_output, unflatten
+from torch import nn
 
 _F32 = torch.randn(2, 3)
 _I64 = torch.arange(5)
@@ -243,3 +250,97 @@ def test_captured_plain_call_replays_with_the_c_templates():
     stats = gf.stats()
     assert stats["enabled"], stats["disabled_reason"]
     assert (stats["captures"], stats["replays"]) == (1, 2)  # the capturing call replays too
+
+
+@pytest.mark.parametrize("inner", ["fast", "python"])
+@pytest.mark.parametrize("outer", ["fast", "python"])
+def test_a_forward_calling_its_own_graphed_forward_runs_the_inner_call_eager(
+    emulated_backend, outer, inner
+):
+    class SelfCalling(nn.Module):
+        inside = False
+
+        def forward(self, *, x, pair=None):
+            if self.inside:
+                return x * 3
+            self.inside = True
+            try:
+                again = gf(x=x, pair=Pair(1, 2)) if inner == "python" else gf(x=x)
+            finally:
+                self.inside = False
+            return again + 1
+
+    m = SelfCalling()
+    gf = GraphedForward(m, device="cpu")
+    x = torch.ones(2)
+    out = gf(x=x, pair=Pair(1, 2)) if outer == "python" else gf(x=x)
+    torch.testing.assert_close(out, x * 3 + 1)
+
+
+@pytest.mark.parametrize("path", ["fast", "python"])
+@pytest.mark.parametrize("order", [(2, 3), (3, 2)])
+def test_output_structure_that_depends_on_a_shape(emulated_backend, order, path):
+    gf = GraphedForward(lambda *, x, pair=None: list(x.unbind(0)), device="cpu")
+    extra = {"pair": Pair(1, 2)} if path == "python" else {}
+    for batch in order + order:
+        out = gf(x=torch.ones(batch, 3), **extra)
+        assert isinstance(out, list) and len(out) == batch
+
+
+def test_reset_racing_calls_never_leaves_a_key_without_its_template(emulated_backend):
+    gf = GraphedForward(lambda *, x: {"y": x + 1}, device="cpu", max_entries=64)
+    errors = []
+    stop = threading.Event()
+
+    def caller():
+        try:
+            while not stop.is_set():
+                gf(x=torch.ones(3))
+        except Exception as error:  # noqa: BLE001
+            errors.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        thread = threading.Thread(target=caller)
+        thread.start()
+        for _ in range(400):
+            gf.reset()
+        stop.set()
+        thread.join(30)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[0]
+    torch.testing.assert_close(gf(x=torch.ones(3))["y"], torch.full((3,), 2.0))
+
+
+def test_lone_surrogate_strings_key_instead_of_raising(emulated_backend):
+    gf = GraphedForward(lambda *, x, tag: x, device="cpu")
+    gf(x=torch.ones(2), tag="\ud800")
+    gf(x=torch.ones(2), tag="\ud801")
+    gf(x=torch.ones(2), tag="\ud800")
+    assert gf.stats()["captures"] == 2
+
+
+def test_numpy_arrays_whose_reprs_agree_get_their_own_keys(emulated_backend):
+    gf = GraphedForward(lambda *, x, table: x + float(table.sum()), device="cpu")
+    first = np.zeros(5000)
+    second = np.zeros(5000)
+    second[2500] = 1.0  # repr elides the middle: both print the same
+    assert repr(first) == repr(second)
+    gf(x=torch.zeros(2), table=first)
+    out = gf(x=torch.zeros(2), table=second)
+    torch.testing.assert_close(out, torch.ones(2), rtol=0, atol=0)
+    assert gf.stats()["captures"] == 2
+
+
+def test_dataclass_fields_hidden_from_repr_are_keyed(emulated_backend):
+    @dataclasses.dataclass
+    class Config:
+        name: str
+        scale: float = dataclasses.field(repr=False)
+
+    gf = GraphedForward(lambda *, x, cfg: x * cfg.scale, device="cpu")
+    gf(x=torch.ones(2), cfg=Config("a", 2.0))
+    out = gf(x=torch.ones(2), cfg=Config("a", 3.0))
+    torch.testing.assert_close(out, torch.full((2,), 3.0), rtol=0, atol=0)
