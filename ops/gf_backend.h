@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-/* One copy of a batch: `count` contiguous bytes from src to dst, both on the runner's device. */
+/* One copy of a batch: `bytes` contiguous bytes from src to dst, both on the runner's device. */
 typedef struct gf_copy {
   void *dst;
   const void *src;
@@ -37,7 +37,9 @@ typedef struct gf_backend {
   /* 1 when the current stream is being captured by someone else: calls then run eager. */
   int (*outer_capture_active)(void *context, void *state);
 
-  /* Sync-debug mode "error" on / back to what it was, around the first validated forward. */
+  /* Sync-debug mode "warn" on / back to what it was, around the first validated forward: each
+   * synchronizing operator is counted, not raised, so the forward runs to its end on every rank;
+   * end fails, saying how many, when there were any. */
   gf_status (*sync_probe_begin)(void *context, void *state, gf_error *err);
   gf_status (*sync_probe_end)(void *context, void *state, gf_error *err);
 

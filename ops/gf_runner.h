@@ -7,9 +7,11 @@
 #define GF_RUNNER_H
 
 #include "gf_backend.h"
-#include "gf_cache.h"
 #include "gf_host.h"
+#include "gf_pool.h"
+#include "gf_signature.h"
 #include "gf_status.h"
+#include "gf_tensor.h"
 
 #include <stddef.h>
 #include <stdint.h>

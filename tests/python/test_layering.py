@@ -1,6 +1,7 @@
 """The layering of the native code, checked from its #include lines: arrows point down only
-(pyext -> shim -> backends -> ops), each backend keeps to its own folder, and ops/ includes
-nothing outside itself. docs/architecture.md has the table this enforces."""
+(pyext -> shim -> backends -> ops), each backend keeps to its own folder, ops/ includes
+nothing outside itself, and a folder's private header stays in it. docs/architecture.md has the
+table this enforces."""
 
 import re
 import sys
@@ -20,6 +21,8 @@ ALLOWED = {
     "shim": {"ops", "backends/common", "backends/cuda", "backends/xpu", "backends/emulated"},
     "pyext": {"ops", "shim", "backends/common"},
 }
+# Private header -> the one folder that may include it.
+PRIVATE = {"gf_runner_internal.h": "ops"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
@@ -53,6 +56,16 @@ def test_folder_includes_only_what_it_may(folder):
     assert not wrong, "arrows must point down: " + "; ".join(wrong)
 
 
+def test_private_headers_stay_in_their_folder():
+    wrong = [
+        f"{folder}/{source} includes {header}"
+        for folder in ALLOWED
+        for source, header in _includes(folder)
+        if PRIVATE.get(Path(header).name, folder) != folder
+    ]
+    assert not wrong, "private headers are for their own folder: " + "; ".join(wrong)
+
+
 def test_core_names_no_platform_library():
     platform_headers = re.compile(r"#\s*include\s+[<\"](ATen|c10|torch|cuda|level_zero|Python)")
     for path in (ROOT / "ops").iterdir():
@@ -70,3 +83,13 @@ def test_the_check_sees_a_wrong_arrow(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", fake_root)
     with pytest.raises(AssertionError, match="ops/gf_runner.c includes shim/gf_shim_host.h"):
         test_folder_includes_only_what_it_may("ops")
+
+
+def test_the_check_sees_a_private_header_leave_its_folder(tmp_path, monkeypatch):
+    """The checker itself: a shim file that includes the runner's private header is reported."""
+    for folder in ALLOWED:
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "shim" / "gf_shim_ops.cpp").write_text('#include "gf_runner_internal.h"\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    with pytest.raises(AssertionError, match="shim/gf_shim_ops.cpp includes gf_runner_internal.h"):
+        test_private_headers_stay_in_their_folder()

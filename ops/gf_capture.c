@@ -1,0 +1,339 @@
+/* The capture protocol of a runner (see gf_runner_internal.h): what the first call of a
+ * signature does, in this order (the functions of each step in brackets; the file defines helpers
+ * first, so gf_runner_capture_and_replay, which drives the whole, comes last).
+ *   1. Room: LRU eviction, or growth past max_entries when every entry is pinned; a new entry
+ *      (gf_runner_capture_and_replay).
+ *   2. Static copies: each live input cloned, the keep-alive tensors retained
+ *      (gf_runner_take_static_inputs).
+ *   3. Warm-ups on a side stream, the first of a runner's first capture under the sync probe; with
+ *      a process group the ranks agree before them and after each (gf_runner_prepare_capture,
+ *      gf_runner_prepare_forward, gf_runner_agree_on_stage).
+ *   4. The capture: the input copy node, the forward, the inputs it wrote in place, the output
+ *      copy node (gf_runner_capture, gf_runner_capture_copy_node, gf_runner_keep_mutated).
+ *   5. Agreement on the capture, then insertion; any failure disables the runner and the call
+ *      runs eager (gf_runner_capture_and_replay).
+ *   6. The capture event (time, device bytes, churn once), then a replay gives this call its
+ *      outputs (gf_runner_report_capture, gf_runner_replay). */
+#include "gf_runner_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+enum {
+  GF_CHURN_FACTOR = 4 /* captures past this many times max_entries, with evictions, are churn */
+};
+
+static double gf_seconds_now(void) {
+  struct timespec now;
+  if (timespec_get(&now, TIME_UTC) == 0) {
+    return 0.0;
+  }
+  return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+}
+
+static int64_t gf_runner_device_bytes(const gf_runner *runner) {
+  const gf_backend *backend = runner->backend;
+  if (backend->device_bytes_in_use == NULL) {
+    return -1;
+  }
+  return backend->device_bytes_in_use(backend->context, runner->backend_state);
+}
+
+/* Says what a capture cost, and once, when captures keep evicting (more than a few times
+ * max_entries): a key that changes on every call, or a cache too small for the shapes in use. */
+static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double started,
+                                     int64_t device_bytes_before) {
+  gf_event captured = gf_entry_event(GF_EVENT_CAPTURED, entry);
+  captured.seconds = gf_seconds_now() - started;
+  const int64_t after = gf_runner_device_bytes(runner);
+  captured.device_bytes = after >= 0 && device_bytes_before >= 0 ? after - device_bytes_before : -1;
+  entry->device_bytes = captured.device_bytes;
+  if (entry->device_bytes > 0) {
+    runner->graph_bytes += entry->device_bytes;
+  }
+  gf_runner_notify(runner, &captured);
+  if (!runner->churn_said && runner->cache.evictions > 0 &&
+      runner->captures > GF_CHURN_FACTOR * runner->cache.max_entries) {
+    runner->churn_said = 1;
+    char message[256];
+    snprintf(message, sizeof message,
+             "%llu captures and %llu evictions with max_entries=%zu: calls keep making new keys "
+             "(a value or shape that changes per call) or the cache is too small for the shapes "
+             "in use",
+             (unsigned long long)runner->captures, (unsigned long long)runner->cache.evictions,
+             runner->cache.max_entries);
+    gf_event churn = {
+        .kind = GF_EVENT_CHURN, .message = message, .device_bytes = -1, .count = runner->captures};
+    gf_runner_notify(runner, &churn);
+  }
+}
+
+/* Records one of the graph's copy nodes (see gf_backend.h) with self-copies of the static
+ * buffers, which replays rewrite: the inputs node copies into the static inputs; the outputs node
+ * copies out of the static outputs and then out of the static inputs the forward writes in place
+ * (the write-backs). *recorded is 0 when the backend does not fold. */
+static gf_status gf_runner_capture_copy_node(gf_runner *runner, int role, const gf_entry *entry,
+                                             int *recorded, gf_error *err) {
+  *recorded = 0;
+  const gf_backend *backend = runner->backend;
+  if (backend->capture_copy_node == NULL || backend->launch_folded == NULL) {
+    return GF_OK;
+  }
+  const gf_pool *buffers = role == GF_COPY_INPUTS ? &entry->static_inputs : &entry->static_outputs;
+  const size_t write_backs = role == GF_COPY_INPUTS ? 0 : entry->mutated_count;
+  const size_t count = buffers->count + write_backs;
+  gf_status status = gf_runner_reserve_copies(runner, count, err);
+  for (size_t i = 0; status == GF_OK && i < count; ++i) {
+    const gf_tensor *buffer =
+        i < buffers->count
+            ? &buffers->tensors[i]
+            : &entry->static_inputs.tensors[entry->mutated_inputs[i - buffers->count]];
+    runner->scratch_copies[i] =
+        (gf_copy){buffer->data, buffer->data, (size_t)gf_tensor_nbytes(buffer)};
+  }
+  if (status == GF_OK) {
+    status = backend->capture_copy_node(backend->context, runner->backend_state, role,
+                                        runner->scratch_copies, count, recorded, err);
+  }
+  return status;
+}
+
+/* Keeps the indices of the inputs the capture forward wrote in place. */
+static gf_status gf_runner_keep_mutated(gf_entry *entry, const unsigned char *mutated, size_t count,
+                                        gf_error *err) {
+  size_t found = 0;
+  for (size_t i = 0; i < count; ++i) {
+    found += mutated[i] != 0;
+  }
+  if (found == 0) {
+    return GF_OK;
+  }
+  entry->mutated_inputs = malloc(found * sizeof *entry->mutated_inputs);
+  if (entry->mutated_inputs == NULL) {
+    return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for mutated inputs");
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (mutated[i]) {
+      entry->mutated_inputs[entry->mutated_count++] = i;
+    }
+  }
+  return GF_OK;
+}
+
+static void gf_runner_discard_outputs(gf_runner *runner, gf_pool *outputs) {
+  gf_pool_free(outputs, gf_runner_release_handle, runner);
+}
+
+/* With a process group, the ranks meet here: the MIN of every rank's status so far. A rank whose
+ * own status is fine learns that another one failed `stage`. Called at the same points on every
+ * rank (the eager forwards of a capture run only while every rank is fine), so that no rank runs
+ * a live collective its peers never reach. Without a group it does nothing. */
+static void gf_runner_agree_on_stage(gf_runner *runner, const char *stage, gf_status *status,
+                                     gf_error *err) {
+  if (runner->host.agree == NULL) {
+    return;
+  }
+  int agreed = runner->host.agree(runner->host.context, *status == GF_OK);
+  if (*status == GF_OK && agreed <= 0) {
+    *status = gf_error_set(err, GF_ERR_CAPTURE,
+                           agreed < 0 ? "graphed: the agreement across the process group failed "
+                                        "(%s)"
+                                      : "graphed: another rank of the process group failed %s",
+                           stage);
+  }
+}
+
+/* One eager forward before a capture: the sync probe when `probing`, else a warm-up. The probe's
+ * backend records a synchronizing operator rather than failing on it, so the forward always runs
+ * to its end and every rank's collectives stay aligned; the failure counts once it returns. */
+static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, int probing,
+                                           gf_error *err) {
+  const gf_backend *backend = runner->backend;
+  gf_error probe_err = {0};
+  gf_status probe_status = GF_OK;
+  if (probing) {
+    probe_status = backend->sync_probe_begin(backend->context, runner->backend_state, &probe_err);
+  }
+  gf_pool scratch = {0};
+  gf_status status = runner->host.run_forward(
+      runner->host.context, probing ? GF_PHASE_PROBE : GF_PHASE_WARMUP,
+      entry->static_inputs.tensors, entry->static_inputs.count, &scratch, NULL, err);
+  gf_runner_discard_outputs(runner, &scratch);
+  if (probing && probe_status == GF_OK) {
+    /* end only a probe that began */
+    probe_status = backend->sync_probe_end(backend->context, runner->backend_state, &probe_err);
+  }
+  if (status == GF_OK && probe_status != GF_OK) {
+    status = gf_error_set(err, probe_status, "%s", probe_err.message);
+  }
+  if (probing) {
+    runner->sync_probe_done = status == GF_OK;
+  }
+  return status;
+}
+
+/* Runs the forwards that must not be recorded, on the side stream: the warm-ups. On the runner's
+ * first capture the first of them is the sync probe, which finds synchronizing operators before
+ * the capture does; it counts as a warm-up, and runs even when warmup_iters is 0. Later captures
+ * run min(warmup_iters, 1) warm-ups. These forwards are live: with a process group the ranks
+ * agree before the first (on everything up to it: static copies, the side stream) and after
+ * each, and all stop at the first failure of any. `status` is the capture's so far. */
+static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, gf_status status,
+                                           gf_error *err) {
+  const gf_backend *backend = runner->backend;
+  const int probe = !runner->sync_probe_done;
+  int iterations = runner->config.warmup_iters;
+  if (probe && iterations < 1) {
+    iterations = 1;
+  } else if (!probe && iterations > 1) {
+    iterations = 1;
+  }
+  if (iterations == 0) {
+    return status;
+  }
+  int on_side_stream = 0;
+  if (status == GF_OK) {
+    status = backend->warmup_begin(backend->context, runner->backend_state, err);
+    on_side_stream = status == GF_OK;
+  }
+  gf_runner_agree_on_stage(runner, "before its warm-ups", &status, err);
+  for (int i = 0; i < iterations && status == GF_OK; ++i) {
+    const int probing = probe && i == 0;
+    status = gf_runner_prepare_forward(runner, entry, probing, err);
+    gf_runner_agree_on_stage(runner, probing ? "in its sync probe" : "in a warm-up", &status, err);
+  }
+  if (on_side_stream) {
+    gf_error end_err = {0};
+    gf_status end = backend->warmup_end(backend->context, runner->backend_state, &end_err);
+    if (status == GF_OK && end != GF_OK) {
+      status = gf_error_set(err, end, "%s", end_err.message);
+    }
+  }
+  return status;
+}
+
+/* The static copies: a contiguous clone of each live input, which the graph will read, and a
+ * retained handle to each keep-alive tensor (one the forward reads from outside its kwargs), so
+ * that it lives as long as the graph. The entry's pools own them from here, also on failure. */
+static gf_status gf_runner_take_static_inputs(gf_runner *runner, gf_entry *entry,
+                                              const gf_tensor *inputs, size_t count,
+                                              const gf_tensor *keep_alive, size_t keep_alive_count,
+                                              gf_error *err) {
+  gf_status status = GF_OK;
+  for (size_t i = 0; status == GF_OK && i < count; ++i) {
+    gf_tensor fixed = {0};
+    status = runner->host.clone_static(runner->host.context, &inputs[i], &fixed, err);
+    status = gf_runner_adopt(runner, &entry->static_inputs, status, &fixed, err);
+  }
+  runner->pool_bytes += entry->static_inputs.bytes;
+  for (size_t i = 0; status == GF_OK && i < keep_alive_count; ++i) {
+    gf_tensor held = {0};
+    status = runner->host.retain(runner->host.context, &keep_alive[i], &held, err);
+    status = gf_runner_adopt(runner, &entry->keep_alive, status, &held, err);
+  }
+  return status;
+}
+
+/* The capture protocol for the first call of a signature, up to but not including agreement. */
+static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_tensor *inputs,
+                                   size_t count, const gf_tensor *keep_alive,
+                                   size_t keep_alive_count, gf_error *err) {
+  gf_status status =
+      gf_runner_take_static_inputs(runner, entry, inputs, count, keep_alive, keep_alive_count, err);
+  status = gf_runner_prepare_capture(runner, entry, status, err);
+  if (status != GF_OK) {
+    return status;
+  }
+  const gf_backend *backend = runner->backend;
+  status = backend->capture_begin(backend->context, runner->backend_state, err);
+  if (status != GF_OK) {
+    return status;
+  }
+  int folded_inputs = 0;
+  int folded_outputs = 0;
+  unsigned char *mutated = calloc(count ? count : 1, 1);
+  if (mutated == NULL) {
+    status = gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for a capture");
+  }
+  if (status == GF_OK) {
+    status = gf_runner_capture_copy_node(runner, GF_COPY_INPUTS, entry, &folded_inputs, err);
+  }
+  if (status == GF_OK) {
+    status = runner->host.run_forward(runner->host.context, GF_PHASE_CAPTURE,
+                                      entry->static_inputs.tensors, entry->static_inputs.count,
+                                      &entry->static_outputs, mutated, err);
+  }
+  runner->pool_bytes += entry->static_outputs.bytes;
+  if (status == GF_OK) {
+    status = gf_runner_keep_mutated(entry, mutated, count, err);
+  }
+  free(mutated);
+  if (status == GF_OK && folded_inputs) {
+    status = gf_runner_capture_copy_node(runner, GF_COPY_OUTPUTS, entry, &folded_outputs, err);
+  }
+  entry->folded = folded_inputs && folded_outputs;
+  gf_error end_err = {0};
+  gf_status end = backend->capture_end(backend->context, runner->backend_state, status == GF_OK,
+                                       &entry->graph, &end_err);
+  if (status == GF_OK && end != GF_OK) {
+    status = gf_error_set(err, end, "%s", end_err.message);
+  }
+  if (status == GF_OK && entry->graph == NULL) {
+    status = gf_error_set(err, GF_ERR_BACKEND, "graphed: the backend returned no graph");
+  }
+  return status;
+}
+
+gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *inputs, size_t count,
+                                       const gf_tensor *keep_alive, size_t keep_alive_count,
+                                       const gf_call_options *options, gf_pool *results,
+                                       gf_error *err) {
+  const double started = gf_seconds_now();
+  const int64_t device_bytes_before = gf_runner_device_bytes(runner);
+  int grew_past_limit = 0;
+  runner->evicting = 1;
+  gf_cache_make_room(&runner->cache, &grew_past_limit);
+  runner->evicting = 0;
+  if (grew_past_limit) {
+    char message[160];
+    snprintf(message, sizeof message,
+             "graphed: every resident graph is pinned, so the cache grows past max_entries=%zu "
+             "(said once)",
+             runner->cache.max_entries);
+    gf_runner_warn(runner, message);
+  }
+  gf_entry *entry = gf_entry_create(&runner->scratch_signature, options->pin, err);
+  if (entry == NULL) {
+    return err->code;
+  }
+  gf_error capture_err = {0};
+  gf_status status =
+      gf_runner_capture(runner, entry, inputs, count, keep_alive, keep_alive_count, &capture_err);
+  gf_runner_agree_on_stage(runner, "its capture", &status, &capture_err);
+  if (status == GF_OK) {
+    status = gf_cache_insert(&runner->cache, entry, &capture_err);
+    if (status != GF_OK) {
+      gf_runner_release_entry(runner, entry);
+      gf_entry_destroy(entry);
+    }
+  } else {
+    gf_runner_release_entry(runner, entry);
+    gf_entry_destroy(entry);
+  }
+  if (status == GF_ERR_FORWARD && runner->host.agree == NULL) {
+    /* The forward raised an error of its own: the caller gets it once, as from an eager call;
+     * the runner stays enabled and the forward does not run again. With a process group it is a
+     * capture failure like any other: every rank disabled together (below). */
+    return gf_error_set(err, status, "%s", capture_err.message);
+  }
+  if (status != GF_OK) {
+    char reason[GF_REASON_CAPACITY];
+    snprintf(reason, sizeof reason, "capture failed: %.480s", capture_err.message);
+    gf_runner_fail(runner, reason);
+    return gf_runner_run_eager(runner, inputs, count, options, results, err);
+  }
+  runner->captures++;
+  gf_runner_report_capture(runner, entry, started, device_bytes_before);
+  return gf_runner_replay(runner, entry, inputs, count, options, results, err);
+}

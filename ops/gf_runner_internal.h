@@ -1,0 +1,136 @@
+/* What the runner's three files share, and nothing any other folder may include: the runner
+ * struct, the small helpers every part calls (inline, so that the replay path costs what it did
+ * when it was one file), and the functions one part calls in another. gf_runner.c holds the
+ * lifecycle, the call and the introspection; gf_replay.c the replay path; gf_capture.c the capture
+ * protocol. Every function here that takes a gf_error requires one, as in gf_runner.h. */
+#ifndef GF_RUNNER_INTERNAL_H
+#define GF_RUNNER_INTERNAL_H
+
+#include "gf_backend.h"
+#include "gf_cache.h"
+#include "gf_host.h"
+#include "gf_pool.h"
+#include "gf_runner.h"
+#include "gf_status.h"
+#include "gf_tensor.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Calls between the runner's files stay direct calls inside the library, as calls inside one file
+ * were: hidden symbols need no PLT and are not exported. */
+#if defined(__GNUC__)
+#define GF_RUNNER_PRIVATE __attribute__((visibility("hidden")))
+#else
+#define GF_RUNNER_PRIVATE
+#endif
+
+enum { GF_REASON_CAPACITY = 512 };
+
+struct gf_runner {
+  gf_runner_config config;
+  gf_host host;
+  const gf_backend *backend;
+  void *backend_state;
+  gf_cache cache;
+  gf_signature scratch_signature;
+  gf_copy *scratch_copies;
+  size_t scratch_copies_capacity;
+  int sync_probe_done;
+  int enabled;
+  int evicting;   /* entries released now are evictions (told to the host as such) */
+  int churn_said; /* the churn event is sent once */
+  char disabled_reason[GF_REASON_CAPACITY];
+  uint64_t captures;
+  uint64_t replays;
+  uint64_t eager_calls;
+  int64_t pool_bytes;
+  int64_t graph_bytes;
+};
+
+/* The pools' release callback: hands a handle back to the host. */
+static inline void gf_runner_release_handle(void *context, void *handle) {
+  gf_runner *runner = context;
+  runner->host.release(runner->host.context, handle);
+}
+
+static inline void gf_runner_notify(const gf_runner *runner, const gf_event *event) {
+  if (runner->host.notify != NULL) {
+    runner->host.notify(runner->host.context, event);
+  }
+}
+
+static inline void gf_runner_warn(gf_runner *runner, const char *message) {
+  if (runner->host.warn != NULL) {
+    runner->host.warn(runner->host.context, message);
+  }
+}
+
+/* An event about one entry, with its static inputs and bytes. */
+static inline gf_event gf_entry_event(gf_event_kind kind, const gf_entry *entry) {
+  gf_event event = {.kind = kind, .message = "", .device_bytes = -1};
+  event.static_bytes = entry->static_inputs.bytes + entry->static_outputs.bytes;
+  event.inputs = entry->static_inputs.tensors;
+  event.input_count = entry->static_inputs.count;
+  return event;
+}
+
+/* Adds a handle the host just made to a pool; on failure releases it, so no path leaks it. */
+static inline gf_status gf_runner_adopt(gf_runner *runner, gf_pool *pool, gf_status made,
+                                        const gf_tensor *tensor, gf_error *err) {
+  if (made != GF_OK) {
+    return made;
+  }
+  gf_status status = gf_pool_add(pool, tensor, err);
+  if (status != GF_OK) {
+    runner->host.release(runner->host.context, tensor->handle);
+  }
+  return status;
+}
+
+/* Grows the runner's scratch copy list to hold count copies. */
+static inline gf_status gf_runner_reserve_copies(gf_runner *runner, size_t count, gf_error *err) {
+  if (count <= runner->scratch_copies_capacity) {
+    return GF_OK;
+  }
+  gf_copy *grown = realloc(runner->scratch_copies, count * sizeof *grown);
+  if (grown == NULL) {
+    return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for a copy batch");
+  }
+  runner->scratch_copies = grown;
+  runner->scratch_copies_capacity = count;
+  return GF_OK;
+}
+
+/* An eager run on the caller's own tensors: their in-place writes happen for real, and are
+ * reported to a caller that asked (it may have passed temporary copies). */
+static inline gf_status gf_runner_run_eager(gf_runner *runner, const gf_tensor *inputs,
+                                            size_t count, const gf_call_options *options,
+                                            gf_pool *results, gf_error *err) {
+  runner->eager_calls++;
+  return runner->host.run_forward(runner->host.context, GF_PHASE_EAGER, inputs, count, results,
+                                  options->mutated_inputs, err);
+}
+
+/* gf_runner.c: the cache's release callback (evictions are told to the host), and the failure
+ * that disables the runner for good and says so once (an event to a host that observes, else a
+ * warning). */
+GF_RUNNER_PRIVATE void gf_runner_release_entry(void *context, gf_entry *entry);
+GF_RUNNER_PRIVATE void gf_runner_fail(gf_runner *runner, const char *reason);
+
+/* gf_replay.c: one replay of a captured entry for this call's inputs. */
+GF_RUNNER_PRIVATE gf_status gf_runner_replay(gf_runner *runner, gf_entry *entry,
+                                             const gf_tensor *inputs, size_t count,
+                                             const gf_call_options *options, gf_pool *results,
+                                             gf_error *err);
+
+/* gf_capture.c: the first call of the signature in runner->scratch_signature: capture, then
+ * replay; on a capture failure the runner is disabled and the call runs eager. */
+GF_RUNNER_PRIVATE gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *inputs,
+                                                         size_t count, const gf_tensor *keep_alive,
+                                                         size_t keep_alive_count,
+                                                         const gf_call_options *options,
+                                                         gf_pool *results, gf_error *err);
+
+#endif /* GF_RUNNER_INTERNAL_H */
