@@ -336,6 +336,10 @@ class GraphedForward:
         try:
             with self._context_for_forward(), _phases.forward_in_phase(phase, self, self._state):
                 result = self.module(**kwargs)
+            # An output graphed cannot rebuild is the forward's own error too: a TypeError the
+            # caller gets once, as raised, rather than a failed capture wrapping it.
+            plain = _fastcall.output_template(result)
+            template, tensors = plain if plain is not None else flatten_output(result)
         except BaseException as raised:
             state.record_error(raised)
             if _is_callers_error(raised):
@@ -343,8 +347,6 @@ class GraphedForward:
                 _fastcall.mark_forward_error()
             _log.debug("graphed: the forward of %s raised", self.name, exc_info=True)
             raise
-        plain = _fastcall.output_template(result)
-        template, tensors = plain if plain is not None else flatten_output(result)
         self._record_template(state, template, inputs)
         return tensors
 

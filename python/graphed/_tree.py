@@ -69,6 +69,14 @@ _WHY_REJECTED = (
     "pass the tensor through a dict, list or tuple, register its type with "
     "torch.utils._pytree, or pass it through keep_alive"
 )
+# An output is rebuilt around fresh tensors on every replay, so keep_alive (for what a graph
+# reads) is no answer for it.
+_WHY_OUTPUT_REJECTED = (
+    "graphed rebuilds a forward's output around fresh tensors and cannot rebuild this type; "
+    "return a tuple or dict instead, register the class with torch.utils._pytree "
+    "(register_dataclass for a dataclass), or, for a diffusers or transformers model, pass "
+    "return_dict=False"
+)
 
 # Spec nodes: _TENSOR marks a tensor slot; all others are tuples tagged by their first item.
 _TENSOR = None
@@ -361,16 +369,18 @@ def _item_segment(sequence: Any, index: int) -> str:
     return f".{fields[index]}" if fields and type(sequence) is not tuple else f"[{index}]"
 
 
-def _walk(value: Any, parts: list[str], root: str, check: bool) -> tuple[list[torch.Tensor], Any]:
+def _walk(
+    value: Any, parts: list[str], root: str, check: bool, why_rejected: str = _WHY_REJECTED
+) -> tuple[list[torch.Tensor], Any]:
     """(tensors, spec node) of `value`; refusals become TypeError/ValueError naming the path from
-    `root` ("kwargs", "the forward's output")."""
+    `root` ("kwargs", "the forward's output"), an object holding a tensor with `why_rejected`."""
     tensors: list[torch.Tensor] = []
     try:
         return tensors, _flatten(value, tensors, parts, check)
     except _BadTensor as error:
         raise error.error_type(f"graphed: {error.path(root)} {error.what}") from None
     except _TensorInObject as error:
-        raise TypeError(f"{error.path(root)}: {error.what}; {_WHY_REJECTED}") from None
+        raise TypeError(f"{error.path(root)}: {error.what}; {why_rejected}") from None
     except _PathError as error:
         raise TypeError(f"{error.path(root)}: {error.what}") from None
 
@@ -587,8 +597,11 @@ def copy_into(static: Any, current: Any, *, root: str = "tree") -> int:
 
 def flatten_output(result: Any) -> tuple[TreeSpec, list[torch.Tensor]]:
     """(spec, tensors) of any forward result, walked as the kwargs are; rebuild_output inverts it.
-    An object that holds a tensor and is none of the walked containers is a TypeError."""
-    tensors, root = _walk(result, [], "the forward's output", check=False)
+    An object that holds a tensor and is none of the walked containers is a TypeError naming its
+    path and what to return instead."""
+    tensors, root = _walk(
+        result, [], "the forward's output", check=False, why_rejected=_WHY_OUTPUT_REJECTED
+    )
     return TreeSpec(root, len(tensors)), tensors
 
 

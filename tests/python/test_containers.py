@@ -132,7 +132,7 @@ class Unregistered:
 
 def test_an_unregistered_object_holding_an_output_tensor_names_the_output_path():
     gf = GraphedForward(lambda *, x: {"out": Unregistered(x + 1)}, device="cpu")
-    with pytest.raises(RuntimeError) as caught:
+    with pytest.raises(TypeError) as caught:
         gf(x=torch.randn(2))
     message = str(caught.value)
     assert "the forward's output['out'].tensor" in message
@@ -145,3 +145,39 @@ def test_a_registered_input_with_a_bad_tensor_names_its_path(emulated_backend):
     with pytest.raises(TypeError, match=r"kwargs\['cond'\]\.hidden is a meta tensor"):
         gf(cond=Conditioning(hidden=torch.empty(2, device="meta"), scale=1.0))
     assert gf.stats()["enabled"]
+
+
+@dataclasses.dataclass
+class PlainOutput:
+    """A dataclass not registered with pytree, as a model's output class often is."""
+
+    sample: torch.Tensor
+
+
+class ReturnsPlainOutput(torch.nn.Module):
+    def forward(self, *, x):
+        return PlainOutput(sample=x * 2)
+
+
+@pytest.mark.parametrize("emulated_backend", ["emulated", "default"], indirect=True)
+def test_a_dataclass_output_is_one_type_error_naming_its_path_and_what_to_do(
+    emulated_backend, caplog, recwarn
+):
+    gf = GraphedForward(ReturnsPlainOutput(), device="cpu")
+    with pytest.raises(TypeError) as caught:
+        gf(x=torch.ones(3))
+    error = caught.value
+    assert type(error) is TypeError  # not a RuntimeError wrapping it
+    message = str(error)
+    assert message.startswith("the forward's output.sample: tensor inside a ")
+    assert "PlainOutput object" in message
+    assert "return a tuple or dict" in message and "register_dataclass" in message
+    assert "return_dict=False" in message
+    assert "keep_alive" not in message  # advice for what a graph reads, not for an output
+    assert "At:" not in message and message.count("the forward's output") == 1
+    # Said once: raised, and neither logged nor warned besides.
+    assert not [r for r in caplog.records if "PlainOutput" in r.getMessage()]
+    assert not [w for w in recwarn if "PlainOutput" in str(w.message)]
+    assert gf.stats()["captures"] == 0
+    if emulated_backend == "emulated":
+        assert gf.stats()["enabled"]  # the forward's own error, not a failed capture
