@@ -10,9 +10,10 @@ import inspect
 import itertools
 import logging
 import threading
+import types
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -161,6 +162,82 @@ def _pop_options(kwargs: dict) -> tuple[Any, Any, bool, bool]:
         kwargs.pop("pin", False),
         kwargs.pop("static_outputs", False),
     )
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+class _ModuleMethod:
+    """A GraphedForward method that exists only while the wrapped callable is an nn.Module: for
+    any other callable the attribute lookup raises AttributeError, so that __getattr__ asks the
+    callable itself, as it does for every name GraphedForward lacks."""
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        self._method = method
+        self.__name__ = method.__name__
+        self.__doc__ = method.__doc__
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        if not isinstance(instance.__dict__.get("module"), torch.nn.Module):
+            raise AttributeError(self.__name__)
+        return types.MethodType(self._method, instance)
+
+
+def _module_method(method: _Method) -> _Method:
+    return cast(_Method, _ModuleMethod(method))
+
+
+def _modes(module: torch.nn.Module) -> tuple[bool, ...]:
+    """The training flag of every submodule: what a graph captured in one mode holds."""
+    return tuple(submodule.training for submodule in module.modules())
+
+
+def _placements(module: torch.nn.Module) -> tuple:
+    """Where and as what every parameter and buffer lives: the addresses, dtypes and layouts a
+    captured graph baked in."""
+    return tuple(
+        (tensor.data_ptr(), tensor.dtype, tensor.device, tuple(tensor.shape), tensor.stride())
+        for tensor in itertools.chain(module.parameters(), module.buffers())
+    )
+
+
+def _resolved(device: torch.device) -> torch.device:
+    """`device` with the current index of its kind where it names none ("cuda" -> "cuda:1")."""
+    if device.index is None and device.type != "cpu":
+        kind = getattr(torch, device.type, None)
+        if kind is not None and getattr(kind, "is_available", lambda: False)():
+            return torch.device(device.type, kind.current_device())
+    return device
+
+
+def _same_device(target: torch.device, runner: torch.device) -> bool:
+    target, runner = _resolved(target), _resolved(runner)
+    if target.type != runner.type:
+        return False
+    if target.type == "cpu" or target.index is None or runner.index is None:
+        return True
+    return target.index == runner.index
+
+
+def _device_of_kind(kind: str, device: Any) -> torch.device:
+    """The device `module.cuda(device)` (and xpu, ipu, mtia) moves to: an index, a device or
+    None (the current one)."""
+    if device is None:
+        return torch.device(kind)
+    if isinstance(device, int):
+        return torch.device(kind, device)
+    return torch.device(device)
+
+
+def _device_of_legacy_type(dst_type: Any) -> torch.device | None:
+    """The device `module.type(dst_type)` moves to: None for a dtype, else the device of the
+    legacy tensor type ("torch.cuda.HalfTensor" or the class)."""
+    if isinstance(dst_type, torch.dtype):
+        return None
+    name = dst_type if isinstance(dst_type, str) else f"{dst_type.__module__}.{dst_type.__name__}"
+    return torch.device("cuda" if name.startswith("torch.cuda.") else "cpu")
 
 
 class GraphedForward:
@@ -476,7 +553,8 @@ class GraphedForward:
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this object lacks: the wrapped module answers, as it would
-        # without graphed (gf.config, gf.dtype, gf.weight).
+        # without graphed (gf.config, gf.dtype, gf.weight). The nn.Module methods that return
+        # the module (eval, to, half, ...) are this object's own, below, for an nn.Module.
         if name.startswith("__") or name in ("module", "_id"):
             raise AttributeError(name)
         return getattr(self.__dict__["module"], name)
@@ -494,3 +572,138 @@ class GraphedForward:
     @property
     def runner_id(self) -> int:
         return self._id
+
+    # -- the nn.Module methods that return the module ------------------------------------------
+    # (torch/nn/modules/module.py). Each is applied to the wrapped module and returns this
+    # GraphedForward, so that `gf = GraphedForward(m, device=...).eval()` keeps the graphed. The
+    # graphs are dropped (reset) when the call changed what they baked in: a submodule's mode, or
+    # a parameter's or buffer's address, dtype, device or layout. A move off the runner's device
+    # is refused before anything changes. Defined last in the class: `float` and `type` would
+    # shadow the builtins in the class body below them.
+
+    def _after_change(
+        self, change: Callable[[], Any], state: Callable[[torch.nn.Module], tuple]
+    ) -> GraphedForward:
+        before = state(self.module)
+        change()
+        if state(self.module) != before:
+            self.reset()
+        return self
+
+    def _moving(
+        self, call: str, target: torch.device | None, change: Callable[[], Any]
+    ) -> GraphedForward:
+        if target is not None and not _same_device(target, self.device):
+            raise ValueError(
+                f"graphed: runner '{self.name}': {call} would move the module to {target}, off "
+                f"the device this GraphedForward runs on ({self.device}); the module was left as "
+                f"it was. A GraphedForward serves one device: to run on {target}, move the module "
+                f"there and make a new GraphedForward for that device (GraphedForward(module, "
+                f'device="{target}")); the graphs of this one stay on {self.device}'
+            )
+        return self._after_change(change, _placements)
+
+    @_module_method
+    def train(self, mode: bool = True) -> GraphedForward:
+        """module.train(mode); returns this GraphedForward, its graphs dropped if a submodule's
+        mode changed."""
+        return self._after_change(lambda: self.module.train(mode), _modes)
+
+    @_module_method
+    def eval(self) -> GraphedForward:
+        """module.eval(); returns this GraphedForward, its graphs dropped if a submodule's mode
+        changed."""
+        return self._after_change(self.module.eval, _modes)
+
+    @_module_method
+    def requires_grad_(self, requires_grad: bool = True) -> GraphedForward:
+        """module.requires_grad_(requires_grad); returns this GraphedForward with its graphs:
+        graphed runs forwards under no_grad, so nothing a graph holds depends on the flag."""
+        self.module.requires_grad_(requires_grad)
+        return self
+
+    @_module_method
+    def apply(self, fn: Callable[[torch.nn.Module], None]) -> GraphedForward:
+        """module.apply(fn); returns this GraphedForward with its graphs dropped (`fn` may change
+        anything a graph holds)."""
+        self.module.apply(fn)
+        self.reset()
+        return self
+
+    @_module_method
+    def to(self, *args: Any, **kwargs: Any) -> GraphedForward:
+        """module.to(...) (a dtype, the runner's device, a memory format, a tensor); returns this
+        GraphedForward, its graphs dropped if a parameter or buffer changed. ValueError, with the
+        module left as it was, for another device."""
+        target, _, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        return self._moving("to(...)", target, lambda: self.module.to(*args, **kwargs))
+
+    @_module_method
+    def cuda(self, device: Any = None) -> GraphedForward:
+        """module.cuda(device), for the runner's device only (see `to`)."""
+        target = _device_of_kind("cuda", device)
+        return self._moving("cuda()", target, lambda: self.module.cuda(device))
+
+    @_module_method
+    def xpu(self, device: Any = None) -> GraphedForward:
+        """module.xpu(device), for the runner's device only (see `to`)."""
+        target = _device_of_kind("xpu", device)
+        return self._moving("xpu()", target, lambda: self.module.xpu(device))
+
+    @_module_method
+    def ipu(self, device: Any = None) -> GraphedForward:
+        """module.ipu(device), for the runner's device only (see `to`)."""
+        target = _device_of_kind("ipu", device)
+        return self._moving("ipu()", target, lambda: self.module.ipu(device))
+
+    @_module_method
+    def mtia(self, device: Any = None) -> GraphedForward:
+        """module.mtia(device), for the runner's device only (see `to`)."""
+        target = _device_of_kind("mtia", device)
+        return self._moving("mtia()", target, lambda: self.module.mtia(device))
+
+    @_module_method
+    def cpu(self) -> GraphedForward:
+        """module.cpu(), for a runner on the CPU only (see `to`)."""
+        return self._moving("cpu()", torch.device("cpu"), self.module.cpu)
+
+    @_module_method
+    def to_empty(self, *, device: Any, recurse: bool = True) -> GraphedForward:
+        """module.to_empty(device=..., recurse=...), for the runner's device only (see `to`)."""
+        target = None if device is None else torch.device(device)
+        return self._moving(
+            "to_empty()", target, lambda: self.module.to_empty(device=device, recurse=recurse)
+        )
+
+    @_module_method
+    def type(self, dst_type: Any) -> GraphedForward:
+        """module.type(dst_type); a legacy tensor type of another device is refused (see `to`)."""
+        target = _device_of_legacy_type(dst_type)
+        return self._moving("type()", target, lambda: self.module.type(dst_type))
+
+    @_module_method
+    def float(self) -> GraphedForward:
+        """module.float(); returns this GraphedForward, its graphs dropped if anything changed."""
+        return self._after_change(self.module.float, _placements)
+
+    @_module_method
+    def double(self) -> GraphedForward:
+        """module.double(); returns this GraphedForward, its graphs dropped if anything changed."""
+        return self._after_change(self.module.double, _placements)
+
+    @_module_method
+    def half(self) -> GraphedForward:
+        """module.half(); returns this GraphedForward, its graphs dropped if anything changed."""
+        return self._after_change(self.module.half, _placements)
+
+    @_module_method
+    def bfloat16(self) -> GraphedForward:
+        """module.bfloat16(); returns this GraphedForward, its graphs dropped if anything
+        changed."""
+        return self._after_change(self.module.bfloat16, _placements)
+
+    @_module_method
+    def share_memory(self) -> GraphedForward:
+        """module.share_memory(); returns this GraphedForward, its graphs dropped (the tensors
+        move to shared memory)."""
+        return self._after_change(self.module.share_memory, _placements)
