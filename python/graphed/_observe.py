@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import re
 import threading
 import warnings
 import weakref
@@ -29,6 +30,15 @@ _SCHEMA = (
     "str shapes) -> ()"
 )
 _RECENT_KEYS = 6
+# The core's messages carry their own "graphed: " for hosts that print them as they are (its
+# TORCH_WARN path); a record here already starts with it, so it is dropped from the message,
+# also where the core nests one message in another ("capture failed: graphed: ...").
+_NESTED_PREFIX = re.compile(r"(^|: )graphed: ")
+
+
+def said_once(message: str) -> str:
+    """`message` without the "graphed: " prefixes of the core's messages inside it."""
+    return _NESTED_PREFIX.sub(r"\1", message)
 
 
 def _mib(count: int) -> str:
@@ -53,6 +63,7 @@ class RunnerLog:
         count: int,
         shapes: str,
     ) -> None:
+        message = said_once(message)
         if kind == "captured":
             self.recent.append(shapes)
             memory = _mib(device_bytes) if device_bytes >= 0 else "unknown"
@@ -99,4 +110,4 @@ def observer_for(name: str) -> tuple[RunnerLog, str]:
     return log, define_observer(log)
 
 
-__all__ = ["RunnerLog", "define_observer", "observer_for"]
+__all__ = ["RunnerLog", "define_observer", "observer_for", "said_once"]

@@ -71,3 +71,35 @@ def test_a_failed_capture_is_logged_and_warned_once(emulated_backend, caplog):
     assert any("capture failed" in m for m in _messages(caplog, logging.WARNING))
     runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(runtime) == 1 and "capture failed" in str(runtime[0].message)
+
+
+def _graphed_said_once(message: str) -> bool:
+    return message.startswith("graphed: ") and message.count("graphed:") == 1
+
+
+def test_a_core_warning_reads_graphed_once(emulated_backend, caplog):
+    gf = GraphedForward(AddOne(), device="cpu", name="pinned", max_entries=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for rows in (1, 2):
+            gf(x=torch.zeros(rows), pin=True)
+    pinned = [
+        m for m in _messages(caplog, logging.WARNING) if "every resident graph is pinned" in m
+    ]
+    assert len(pinned) == 1, pinned
+    assert pinned[0].startswith("graphed: runner 'pinned': every resident graph is pinned")
+    assert _graphed_said_once(pinned[0])
+    runtime = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert runtime == [pinned[0]]
+
+
+@pytest.mark.parametrize("emulated_backend", ["emulated_fail_capture"], indirect=True)
+def test_a_failed_capture_reads_graphed_once(emulated_backend, caplog):
+    gf = GraphedForward(AddOne(), device="cpu", name="failing")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gf(x=torch.zeros(2))
+    records = [m for m in _messages(caplog, logging.WARNING) if "capture failed" in m]
+    assert records == ["graphed: runner 'failing': capture failed: emulated capture failure"]
+    runtime = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert runtime == records
