@@ -2,26 +2,66 @@
 command what is installed and whether it works: graphed, torch, CUDA and driver versions, the torch
 this build was made for against the running one, the backends built in and the one chosen at load
 with its reasons, the devices, and a few-second self-test (capture, replay and compare with eager
-on a tiny module; without a GPU, the eager fallback). It exits non-zero when the self-test fails.
-`python -m graphed bench` runs the short benchmark of a checkout (bench/ is not installed)."""
+on a tiny module; without a GPU, the eager fallback). It exits non-zero when the self-test fails,
+and when graphed cannot load (a build made for another torch, a checkout never built): then it
+prints the import's message and what to do, without a traceback. `python -m graphed bench` runs
+the short benchmark of a checkout (bench/ is not installed)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 _OK, _FAIL = "pass", "FAIL"
+_DESCRIPTION = (
+    "The graphed doctor: prints what is installed (graphed, torch, the NVIDIA driver, the torch "
+    "this build was made for, the backends built in and the one chosen at load, the devices) "
+    "and runs a few-second self-test that compares graphed with eager on a tiny module."
+)
+_EPILOG = (
+    "It exits with status 0 when the self-test passes, and 1 when the self-test fails or "
+    "graphed cannot load."
+)
+# A driver's raw result code in a backend's reason, e.g. Level Zero's "(result 0x78000001)":
+# the reason says it in words before it; --verbose keeps the code.
+_RAW_RESULT = re.compile(r" \(result 0x[0-9a-fA-F]+\)")
 
 
 def _line(label: str, value: object) -> None:
     print(f"  {label:<22} {value}")
+
+
+def in_words(reason: str, verbose: bool = False) -> str:
+    """A backend's reason as the doctor prints it: without the drivers' raw result codes, unless
+    `verbose`."""
+    return reason if verbose else _RAW_RESULT.sub("", reason)
+
+
+@contextlib.contextmanager
+def _log_without(text: str) -> Iterator[None]:
+    """Drops the records of logger "graphed" that repeat `text` (the reason the report printed
+    already) while the block runs."""
+    logger = logging.getLogger("graphed")
+
+    def new_to_the_reader(record: logging.LogRecord) -> bool:
+        return not text or text not in record.getMessage()
+
+    logger.addFilter(new_to_the_reader)
+    try:
+        yield
+    finally:
+        logger.removeFilter(new_to_the_reader)
 
 
 def driver_version() -> str:
@@ -72,9 +112,10 @@ class _Tiny:
         return TinyForward()
 
 
-def self_test(device_name: str) -> tuple[bool, str]:
+def self_test(device_name: str, shown_reason: str = "") -> tuple[bool, str]:
     """Runs a tiny module eager and through GraphedForward on `device_name` and compares them.
-    On a CUDA device it expects a capture and replays; elsewhere, eager calls."""
+    On a CUDA device it expects a capture and replays; elsewhere, eager calls. A disabled reason
+    that contains `shown_reason` (printed by the report already) is not repeated."""
     import torch
 
     import graphed
@@ -111,11 +152,48 @@ def self_test(device_name: str) -> tuple[bool, str]:
     if stats["eager_calls"] < 4:
         return False, f"expected 4 eager calls; {summary}"
     reason = stats.get("disabled_reason") or "graphs unavailable"
+    if shown_reason and shown_reason in reason:
+        reason = f"backend {stats['backend']}, as above"
     return True, f"graphs unavailable on {device} ({reason}); eager fallback agrees; {summary}"
 
 
-def doctor() -> int:
-    """Prints the report; returns the exit status (1 when the self-test fails)."""
+def report_unusable_install(error: ImportError) -> int:
+    """The report when graphed cannot load (`error` is the ImportError of its import check, which
+    names the cause and the command that fixes it): printed without a traceback; returns 1."""
+    print("graphed doctor")
+    _line("python", f"{platform.python_version()} ({sys.executable})")
+    try:
+        import torch
+
+        _line("torch", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})")
+    except ImportError as torch_error:
+        _line("torch", f"not importable: {torch_error}")
+    print(f"\ngraphed cannot load: {error}")
+    print("\nDo what the message says, then run `python -m graphed` again.")
+    return 1
+
+
+def running_as_doctor() -> bool:
+    """Whether this process is `python -m graphed` still importing the package (runpy keeps
+    sys.argv[0] at "-m" until it has found the module to run)."""
+    if sys.argv[:1] != ["-m"]:
+        return False
+    command = list(getattr(sys, "orig_argv", []))
+    pairs = zip(command, command[1:], strict=False)
+    return "-mgraphed" in command or any(a == "-m" and b == "graphed" for a, b in pairs)
+
+
+def exit_if_doctor(error: ImportError) -> None:
+    """For the package's import check, with its ImportError: under `python -m graphed` the doctor
+    reports it and the process exits with status 1; anywhere else this returns and the import
+    raises as before."""
+    if running_as_doctor():
+        raise SystemExit(report_unusable_install(error))
+
+
+def doctor(verbose: bool = False) -> int:
+    """Prints the report; returns the exit status (1 when the self-test fails or graphed cannot
+    load). `verbose` keeps the drivers' raw result codes in the backend's reason."""
     print("graphed doctor")
     _line("python", f"{platform.python_version()} ({sys.executable})")
     try:
@@ -126,7 +204,10 @@ def doctor() -> int:
     _line("torch", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})")
     _line("NVIDIA driver", driver_version())
 
-    from . import _library
+    try:
+        from . import _library
+    except ImportError as error:
+        return report_unusable_install(error)
 
     try:
         _build_info = importlib.import_module("graphed._build_info")  # generated by the build
@@ -148,13 +229,14 @@ def doctor() -> int:
     try:
         import graphed
     except ImportError as error:
-        print(f"\nimport graphed failed: {error}")
+        print(f"\ngraphed cannot load: {error}")
+        print("\nDo what the message says, then run `python -m graphed` again.")
         return 1
     _line("graphed", f"{graphed.__version__} ({Path(graphed.__file__).parent})")
     _line("native library", graphed.library_path())
     name, reason = torch.ops.graphed.backend()
     _line("backend at load", name)
-    _line("  why", reason)
+    _line("  why", in_words(reason, verbose))
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
@@ -165,7 +247,8 @@ def doctor() -> int:
     device = "cuda" if name == "cuda" and torch.cuda.is_available() else "cpu"
     print(f"\nself-test on {device}:")
     try:
-        passed, detail = self_test(device)
+        with _log_without(reason):
+            passed, detail = self_test(device, shown_reason=reason)
     except Exception as error:  # noqa: BLE001 - the doctor reports every failure
         passed, detail = False, f"{type(error).__name__}: {error}"
     print(f"  {_OK if passed else _FAIL}: {detail}")
@@ -202,11 +285,18 @@ def bench(out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m graphed", description=_DESCRIPTION, epilog=_EPILOG
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="keep the drivers' raw result codes in the backend's reason",
+    )
     sub = parser.add_subparsers(dest="command")
     bench_parser = sub.add_parser("bench", help="the short benchmark of a checkout's bench/")
     bench_parser.add_argument("--out", type=Path, default=Path("graphed-bench"))
     args = parser.parse_args(argv)
     if args.command == "bench":
         return bench(args.out)
-    return doctor()
+    return doctor(verbose=args.verbose)
