@@ -244,7 +244,7 @@ bootstrap() {
 }
 
 if [[ -f $DIR/$BASE_MARK ]]; then
-  log "reusing the bootstrapped $DIR ($(tr '\n' ' ' <"$DIR/$BASE_MARK"))"
+  log "reusing the bootstrapped $DIR ($(paste -sd, "$DIR/$BASE_MARK"))"
 else
   bootstrap
 fi
