@@ -189,6 +189,18 @@ def _module_method(method: _Method) -> _Method:
     return cast(_Method, _ModuleMethod(method))
 
 
+def _method_moving_to_kind(kind: str) -> Any:
+    """GraphedForward.cuda and its kin (xpu, ipu, mtia): module.<kind>(device), for the runner's
+    device only (see GraphedForward.to)."""
+
+    def method(self: GraphedForward, device: Any = None) -> GraphedForward:
+        return self._to_kind(kind, device)
+
+    method.__name__ = method.__qualname__ = kind
+    method.__doc__ = f"module.{kind}(device), for the runner's device only (see `to`)."
+    return _module_method(method)
+
+
 def _modes(module: torch.nn.Module) -> tuple[bool, ...]:
     """The training flag of every submodule: what a graph captured in one mode holds."""
     return tuple(submodule.training for submodule in module.modules())
@@ -638,29 +650,15 @@ class GraphedForward:
         target, _, _, _ = torch._C._nn._parse_to(*args, **kwargs)
         return self._moving("to(...)", target, lambda: self.module.to(*args, **kwargs))
 
-    @_module_method
-    def cuda(self, device: Any = None) -> GraphedForward:
-        """module.cuda(device), for the runner's device only (see `to`)."""
-        target = _device_of_kind("cuda", device)
-        return self._moving("cuda()", target, lambda: self.module.cuda(device))
+    def _to_kind(self, kind: str, device: Any) -> GraphedForward:
+        """module.cuda(device) and its kin (xpu, ipu, mtia), for the runner's device only."""
+        target = _device_of_kind(kind, device)
+        return self._moving(f"{kind}()", target, lambda: getattr(self.module, kind)(device))
 
-    @_module_method
-    def xpu(self, device: Any = None) -> GraphedForward:
-        """module.xpu(device), for the runner's device only (see `to`)."""
-        target = _device_of_kind("xpu", device)
-        return self._moving("xpu()", target, lambda: self.module.xpu(device))
-
-    @_module_method
-    def ipu(self, device: Any = None) -> GraphedForward:
-        """module.ipu(device), for the runner's device only (see `to`)."""
-        target = _device_of_kind("ipu", device)
-        return self._moving("ipu()", target, lambda: self.module.ipu(device))
-
-    @_module_method
-    def mtia(self, device: Any = None) -> GraphedForward:
-        """module.mtia(device), for the runner's device only (see `to`)."""
-        target = _device_of_kind("mtia", device)
-        return self._moving("mtia()", target, lambda: self.module.mtia(device))
+    cuda = _method_moving_to_kind("cuda")
+    xpu = _method_moving_to_kind("xpu")
+    ipu = _method_moving_to_kind("ipu")
+    mtia = _method_moving_to_kind("mtia")
 
     @_module_method
     def cpu(self) -> GraphedForward:
