@@ -3,7 +3,9 @@
 # UndefinedBehaviorSanitizer in a build of their own (a copy of the tree under build/sanitize/,
 # installed into build/sanitize/site, apart from the wheel the tests use), then ctest and the
 # Python suite on the emulated backend against that build, and a short libFuzzer run over
-# the signature, the cache and the pools (tests/fuzz/). Prints 'N passed, N failed' for each and
+# the signature, the cache and the pools (tests/fuzz/). Prints 'N passed, N failed' for each,
+# leaves a JUnit report per step in $SANITIZE_REPORTS (default build/sanitize/reports; the build
+# and the fuzz run write a one-case report of their own, so scripts/test.sh counts every step) and
 # exits non-zero if any failed. Usage: bash scripts/sanitize.sh [FUZZ_SECONDS (default 60)]
 set -uo pipefail
 
@@ -13,7 +15,19 @@ FUZZ_SECONDS=${1:-60}
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 OUT=${SANITIZE_DIR:-$ROOT/build/sanitize}
 SRC=$OUT/src
+REPORTS=${SANITIZE_REPORTS:-$OUT/reports}
 status=0
+mkdir -p "$REPORTS"
+rm -f "$REPORTS"/sanitized-*.xml
+
+# A JUnit report of one case for a step that is not a test runner (the build, the fuzz run).
+one_case_report() {
+  local file=$1 name=$2 failed=$3 message=${4:-}
+  local failure=""
+  ((failed)) && failure="<failure message=\"${message//\"/&quot;}\"/>"
+  printf '<testsuite name="%s" tests="1" failures="%s"><testcase name="%s">%s</testcase></testsuite>\n' \
+    "$name" "$failed" "$name" "$failure" >"$file"
+}
 
 # The working tree as it is (tracked and new files), copied: the plugin lands inside the tree.
 rm -rf "$SRC"
@@ -37,6 +51,7 @@ cmake -S "$SRC" -B "$OUT/obj" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 build_rc=$?
 if ((build_rc != 0)); then
   tail -40 "$OUT/cmake.log"
+  one_case_report "$REPORTS/sanitized-build.xml" sanitizer_build 1 "the sanitizer build failed"
   echo "sanitizer build: 0 passed, 1 failed"
   exit 1
 fi
@@ -54,7 +69,8 @@ for pattern in core ForwardOp; do
   select=(-E ForwardOp)
   [[ $pattern == ForwardOp ]] && select=(-R ForwardOp)
   ASAN_OPTIONS=detect_leaks=$leaks ctest --test-dir "$OUT/obj" "${select[@]}" -j2 \
-    --timeout 600 --output-on-failure >"$log" 2>&1
+    --timeout 600 --output-on-failure --output-junit "$REPORTS/sanitized-ctest-$pattern.xml" \
+    >"$log" 2>&1
   passed=$(grep -Eo '[0-9]+ tests passed|[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' \
     "$log" | tail -1)
   total=$(sed -nE 's/.*tests failed out of ([0-9]+).*/\1/p' "$log" | tail -1)
@@ -77,7 +93,7 @@ UBSAN_LIB=$(${CC:-cc} -print-file-name=libubsan.so)
 LD_PRELOAD="$ASAN_LIB $UBSAN_LIB" \
   ASAN_OPTIONS=detect_leaks=0:protect_shadow_gap=0:allocator_may_return_null=1 \
   PYTHONPATH="$OUT/site" "$PYTHON" -m pytest "$SRC/tests/python" -q -p no:cacheprovider \
-  -m "not gpu" -x >"$OUT/pytest.log" 2>&1
+  -m "not gpu" -x --junitxml="$REPORTS/sanitized-pytest.xml" >"$OUT/pytest.log" 2>&1
 pytest_rc=$?
 tail -3 "$OUT/pytest.log"
 py_passed=$(grep -Eo '[0-9]+ passed' "$OUT/pytest.log" | tail -1 | grep -Eo '[0-9]+')
@@ -108,6 +124,8 @@ if clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefi
 else
   tail -20 "$OUT/fuzz-build.log"
 fi
+one_case_report "$REPORTS/sanitized-fuzz.xml" fuzz_signature_cache "$fuzz_failed" \
+  "the fuzz run failed to build or found a crash (build/sanitize/fuzz*.log)"
 echo "fuzz: $((1 - fuzz_failed)) passed, $fuzz_failed failed"
 ((fuzz_failed == 0)) || status=1
 

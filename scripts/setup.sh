@@ -7,8 +7,12 @@
 # only checks and runs a no-op incremental build.
 #
 # Usage: bash scripts/setup.sh [--tests]
-#   --tests  GoogleTest is required (installed when missing); test.sh passes it. Without it the
-#            GoogleTest suites are built only when GoogleTest is already installed.
+#   --tests  what only the tests need as well (test.sh passes it): GoogleTest, clang's fuzzer and
+#            sanitizer runtimes, the pinned diffusers and transformers the third-party model tests
+#            run, and the XPU test tools. Without it (the demo) none of these is installed, and the
+#            GoogleTest suites are built only when GoogleTest is already there.
+# Footprint: .venv about 5.7 GB (a CUDA build of torch), .venv-xpu 1.5 GB (--tests, when there is
+# room), build/ about 0.5 GB. apt-get runs as root (through sudo when you are not root).
 # Environment: PYTHON (the interpreter that creates .venv, default python3),
 #              GRAPHED_SETUP_FORCE_CONFIGURE=1 (start the CMake build in build/wheel afresh).
 # Outputs: build/dist/graphed-*.whl (the wheel), build/wheel (the CMake build dir, for ctest).
@@ -27,11 +31,22 @@ want_tests=0
 log() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 
-# Runs a command with its output in a log file; on failure prints the log's tail and fails.
+# Runs a command with its output in a log file, saying every 30 s that it is still at work; on
+# failure prints the log's tail and fails.
 run_logged() {
   local logfile=$1
   shift
-  if ! "$@" >"$logfile" 2>&1; then
+  "$@" >"$logfile" 2>&1 &
+  local pid=$! started=$SECONDS rc=0 next=30
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if ((SECONDS - started >= next)) && kill -0 "$pid" 2>/dev/null; then
+      log "  ... still at it ($((SECONDS - started)) s; log: ${logfile#"$ROOT"/})"
+      next=$((next + 30))
+    fi
+  done
+  wait "$pid" || rc=$?
+  if ((rc != 0)); then
     printf '[setup] error: %s failed; last lines of %s:\n' "$*" "$logfile" >&2
     tail -n 80 "$logfile" >&2
     exit 1
@@ -50,22 +65,41 @@ command -v "$PYTHON" >/dev/null 2>&1 || missing+=(python3)
 if [[ ! -x $VENV/bin/python ]] && ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
   missing+=(python3-venv)
 fi
-if ((want_tests)) && ! command -v clang >/dev/null 2>&1; then
-  missing+=(clang) # the sanitizer build's libFuzzer target (scripts/sanitize.sh)
+# The CPython extension compiles against the interpreter's headers (Debian: python3-dev).
+python_headers() {
+  "$PYTHON" -c 'import os, sysconfig, sys; sys.exit(not os.path.isfile(os.path.join(
+    sysconfig.get_paths()["include"], "Python.h")))' >/dev/null 2>&1
+}
+python_headers || missing+=(python3-dev)
+# The fuzz run (scripts/sanitize.sh) links clang's libFuzzer, ASan and UBSan runtimes: compiler-rt,
+# which Debian ships apart from clang (libclang-rt-dev) and --no-install-recommends leaves out.
+# Checked by the file the link needs, not by the compiler's name.
+fuzzer_runtime() {
+  command -v clang >/dev/null 2>&1 &&
+    [[ -f "$(clang -print-resource-dir)/lib/linux/libclang_rt.fuzzer-$(uname -m).a" ]]
+}
+if ((want_tests)) && ! fuzzer_runtime; then
+  missing+=(clang libclang-rt-dev)
 fi
 if ((want_tests)) && ! have_gtest; then
   missing+=(libgtest-dev)
 fi
 optional=()  # without these the build goes on and says what it left out
 command -v ninja >/dev/null 2>&1 || optional+=(ninja-build)
-[[ -f /usr/include/level_zero/ze_api.h ]] || optional+=(libze-dev)
-deb_installed libze1 || optional+=(libze1)
+if ((want_tests)); then # the Level Zero backend's build and its tests; the demo needs neither
+  [[ -f /usr/include/level_zero/ze_api.h ]] || optional+=(libze-dev)
+  deb_installed libze1 || optional+=(libze1)
+fi
 
+# apt-get runs as root: directly when this is root, else through sudo where there is one.
+sudo=()
+if ((EUID != 0)) && command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+fi
 if ((${#missing[@]} + ${#optional[@]})); then
-  sudo=()
   if ((EUID != 0)); then
-    if command -v sudo >/dev/null 2>&1; then
-      sudo=(sudo)
+    if ((${#sudo[@]})); then
+      :
     elif ((${#missing[@]})); then
       die "missing ${missing[*]}; run as root, install sudo, or install them yourself:" \
         "apt-get install ${missing[*]} (optional: ${optional[*]:-none})"
@@ -90,6 +124,12 @@ if ((${#missing[@]} + ${#optional[@]})); then
         log "note: $package not installed (optional)"
     done
   fi
+fi
+
+if ((want_tests)) && ! fuzzer_runtime; then
+  die "clang's libFuzzer runtime is still missing after the install" \
+    "($(clang -print-resource-dir 2>/dev/null)/lib/linux/libclang_rt.fuzzer-$(uname -m).a);" \
+    "install Debian's libclang-rt-dev for the clang on the PATH"
 fi
 
 # -- virtualenv ----------------------------------------------------------------------------------
@@ -129,38 +169,69 @@ if ! venv_complete; then
   venv_complete || die "the packages in $VENV are still incomplete after pip install"
 fi
 
-# ---- XPU test tools: begin ---------------------------------------------------------------------
-# Optional: what the `xpu` ctest label needs besides libze1/libze-dev (above): clang-15 and
-# llvm-spirv-15 (the gather kernel's SPIR-V), spirv-tools (spirv-val), the OpenCL ICD loader and
-# headers, and in .venv-xpu the PyPI wheels intel-sycl-rt (SYCL headers for the torch half's
-# compile check) and intel-opencl-rt (a CPU OpenCL runtime that takes SPIR-V). A failure here
-# never fails the setup: the tests that need the missing piece skip and say why.
-xpu_debs=()
-for pkg in clang-15 llvm-spirv-15 spirv-tools ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers; do
-  deb_installed "$pkg" || xpu_debs+=("$pkg")
-done
-if ((${#xpu_debs[@]})) && command -v apt-get >/dev/null 2>&1; then
-  log "apt-get install ${xpu_debs[*]} (xpu tests)"
-  if (export DEBIAN_FRONTEND=noninteractive; apt-get update -q &&
-    apt-get install -y -q --no-install-recommends "${xpu_debs[@]}") >/tmp/graphed-apt-xpu.log 2>&1; then
-    export GRAPHED_SETUP_FORCE_CONFIGURE=1 # CMake finds the new tools
-  else
-    log "note: some xpu test tools did not install (see /tmp/graphed-apt-xpu.log); those tests skip"
-  fi
+# The third-party model tests (tests/python/test_third_party_models.py) run these, pinned, on the
+# emulated backend in every test run; their own dependencies come with them.
+TEST_PACKAGES=(diffusers==0.42.1 transformers==5.17.0)
+test_packages_complete() {
+  "$VENV/bin/python" - "${TEST_PACKAGES[@]}" <<'PY' >/dev/null 2>&1
+import sys
+from importlib import metadata
+
+for pinned in sys.argv[1:]:
+    name, version = pinned.split("==")
+    if metadata.version(name) != version:
+        raise SystemExit(1)
+PY
+}
+if ((want_tests)) && ! test_packages_complete; then
+  log "pip install ${TEST_PACKAGES[*]} (the third-party model tests)"
+  run_logged "$VENV/pip-install-tests.log" "$VENV/bin/python" -m pip install \
+    --disable-pip-version-check --no-cache-dir "${TEST_PACKAGES[@]}" "torch==$TORCH_VERSION"
+  test_packages_complete || die "${TEST_PACKAGES[*]} are still missing after pip install"
 fi
-XPU_TOOLS=$ROOT/.venv-xpu
-if [[ ! -f $XPU_TOOLS/include/sycl/sycl.hpp || ! -f $XPU_TOOLS/lib/libintelocl.so ]] &&
-  (($(free_gib "$ROOT") < 4)); then
-  log "note: $(free_gib "$ROOT") GiB free; the xpu PyPI tools (1.5 GB) are left out and their tests skip"
-elif [[ ! -f $XPU_TOOLS/include/sycl/sycl.hpp || ! -f $XPU_TOOLS/lib/libintelocl.so ]]; then
-  log "pip install intel-sycl-rt intel-opencl-rt into $XPU_TOOLS (xpu tests; about 1.5 GB)"
-  if (rm -rf "$XPU_TOOLS" && "$PYTHON" -m venv "$XPU_TOOLS" &&
-    "$XPU_TOOLS/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir \
+
+# ---- XPU test tools: begin ---------------------------------------------------------------------
+# Only with --tests (the demo never uses them). What the `xpu` ctest label needs besides
+# libze1/libze-dev (above): clang-15 and llvm-spirv-15 (the gather kernel's SPIR-V), spirv-tools
+# (spirv-val), the OpenCL ICD loader and headers, and in .venv-xpu the PyPI wheels intel-sycl-rt
+# (SYCL headers for the torch half's compile check) and intel-opencl-rt (a CPU OpenCL runtime that
+# takes SPIR-V). A failure here never fails the setup: the tests that need the missing piece skip
+# and say why.
+install_xpu_test_tools() {
+  local xpu_debs=() pkg
+  for pkg in clang-15 llvm-spirv-15 spirv-tools ocl-icd-libopencl1 ocl-icd-opencl-dev \
+    opencl-c-headers; do
+    deb_installed "$pkg" || xpu_debs+=("$pkg")
+  done
+  if ((${#xpu_debs[@]})) && command -v apt-get >/dev/null 2>&1; then
+    log "apt-get install ${xpu_debs[*]} (xpu tests)"
+    if (export DEBIAN_FRONTEND=noninteractive; "${sudo[@]}" apt-get update -q &&
+      "${sudo[@]}" apt-get install -y -q --no-install-recommends "${xpu_debs[@]}") \
+      >/tmp/graphed-apt-xpu.log 2>&1; then
+      export GRAPHED_SETUP_FORCE_CONFIGURE=1 # CMake finds the new tools
+    else
+      log "note: some xpu test tools did not install (see /tmp/graphed-apt-xpu.log); those tests skip"
+    fi
+  fi
+  local tools=$ROOT/.venv-xpu
+  if [[ -f $tools/include/sycl/sycl.hpp && -f $tools/lib/libintelocl.so ]]; then
+    return
+  fi
+  if (($(free_gib "$ROOT") < 4)); then
+    log "note: $(free_gib "$ROOT") GiB free; the xpu PyPI tools (1.5 GB) are left out and their tests skip"
+    return
+  fi
+  log "pip install intel-sycl-rt intel-opencl-rt into $tools (xpu tests; about 1.5 GB)"
+  if (rm -rf "$tools" && "$PYTHON" -m venv "$tools" &&
+    "$tools/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir \
       intel-sycl-rt==2026.2.0 intel-opencl-rt==2026.2.0) >/tmp/graphed-pip-xpu.log 2>&1; then
     export GRAPHED_SETUP_FORCE_CONFIGURE=1
   else
     log "note: the xpu PyPI tools did not install (see /tmp/graphed-pip-xpu.log); those tests skip"
   fi
+}
+if ((want_tests)); then
+  install_xpu_test_tools
 fi
 # ---- XPU test tools: end -----------------------------------------------------------------------
 

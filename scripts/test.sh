@@ -3,7 +3,8 @@
 # --tests: one CMake build, packed as a wheel and pip-installed into .venv), runs the
 # GoogleTest suites through ctest from the wheel's build dir and the Python suite through pytest
 # against the installed package, prints each runner's counts and a combined closing line, and
-# exits non-zero if either runner failed. It also runs scripts/sanitize.sh (ASan+UBSan, a fuzz run).
+# exits non-zero if any runner failed. It also runs scripts/sanitize.sh (ASan+UBSan, a fuzz run),
+# whose steps are counted in the closing line with the rest (scripts/junit_counts.py).
 # CI runs it through .ci/run. Extra arguments go to pytest (for example -k NAME or -m gpu).
 set -euo pipefail
 
@@ -63,47 +64,25 @@ fi
 echo
 echo "== sanitizers and fuzzing =="
 sanitize_rc=0
-(cd "$ROOT" && bash scripts/sanitize.sh 60) || sanitize_rc=$?
+(cd "$ROOT" && SANITIZE_REPORTS=$reports bash scripts/sanitize.sh 60) || sanitize_rc=$?
 if ((sanitize_rc != 0)); then
   status=1
 fi
 
-# The counts, read from the runners' JUnit reports.
+# The counts of every runner, read from their JUnit reports (scripts/junit_counts.py): the closing
+# line counts what ran and says a failure wherever a runner failed, inside a test or not.
 echo
-"$VENV/bin/python" - "$reports/ctest.xml" "$reports/pytest.xml" "$ctest_rc" "$pytest_rc" <<'EOF'
-import sys
-import xml.etree.ElementTree as ET
-from pathlib import Path
-
-
-def counts(path):
-    """(passed, failed, skipped) summed over the report's test suites, or None."""
-    if not Path(path).is_file():
-        return None
-    root = ET.parse(path).getroot()
-    suites = [root] if root.tag == "testsuite" else root.iter("testsuite")
-    total = failed = skipped = 0
-    for suite in suites:
-        total += int(suite.get("tests", 0))
-        failed += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
-        skipped += int(suite.get("skipped", 0)) + int(suite.get("disabled", 0))
-    return total - failed - skipped, failed, skipped
-
-
-totals = [0, 0, 0]
-runs = (("GoogleTest", sys.argv[1], sys.argv[3]), ("pytest", sys.argv[2], sys.argv[4]))
-for label, path, rc in runs:
-    found = counts(path)
-    if found is None:
-        print(f"{label}: no report (exit {rc})")
-        totals[1] += 1 if rc != "0" else 0
-        continue
-    passed, failed, skipped = found
-    if failed == 0 and rc not in ("0", "5"):
-        failed = 1  # the runner failed outside any test (a crash, a collection error)
-    print(f"{label}: {passed} passed, {failed} failed, {skipped} skipped")
-    totals = [a + b for a, b in zip(totals, (passed, failed, skipped))]
-print(f"total: {totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
-EOF
+counts_rc=0
+"$VENV/bin/python" "$ROOT/scripts/junit_counts.py" \
+  --runner ctest "$ctest_rc" "$reports/ctest.xml" \
+  --runner pytest "$pytest_rc" "$reports/pytest.xml" \
+  --runner ctest-sanitized 0 "$reports/sanitized-ctest-core.xml" \
+  "$reports/sanitized-ctest-ForwardOp.xml" \
+  --runner pytest-sanitized 0 "$reports/sanitized-pytest.xml" \
+  --runner fuzz 0 "$reports/sanitized-fuzz.xml" \
+  --overall sanitize.sh "$sanitize_rc" || counts_rc=$?
+if ((counts_rc != 0)); then
+  status=1
+fi
 
 exit "$status"
