@@ -2,11 +2,15 @@
 // forward registered in C++. The plugin is loaded with dlopen, as torch.ops.load_library does.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
-#include <torch/cuda.h>
 #include <torch/library.h>
+// The CUDA cases need the CUDA toolkit's headers (torch's c10/cuda includes them); a build
+// against a CUDA torch on a machine without the toolkit compiles them as skips that say so.
+#if GRAPHED_OP_TESTS_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/cuda.h>
+#endif
 
 #include <dlfcn.h>
 
@@ -181,6 +185,9 @@ TEST_F(ForwardOpTest, UnknownForwardOperatorIsAValueError) {
 }
 
 TEST_F(ForwardOpTest, CudaReplayMatchesEagerOnFreshInputs) {
+#if !GRAPHED_OP_TESTS_WITH_CUDA
+  GTEST_SKIP() << "built without the CUDA toolkit";
+#else
   if (!torch::cuda::is_available()) {
     GTEST_SKIP() << "needs a CUDA device";
   }
@@ -200,9 +207,13 @@ TEST_F(ForwardOpTest, CudaReplayMatchesEagerOnFreshInputs) {
   EXPECT_EQ(counters[kCaptures], 1);
   EXPECT_EQ(counters[kReplays], 5);
   destroy(runner);
+#endif
 }
 
 TEST_F(ForwardOpTest, CudaProbeCountsACppSyncLetsTheForwardFinishAndRestoresWhatItChanged) {
+#if !GRAPHED_OP_TESTS_WITH_CUDA
+  GTEST_SKIP() << "built without the CUDA toolkit";
+#else
   if (!torch::cuda::is_available()) {
     GTEST_SKIP() << "needs a CUDA device";
   }
@@ -224,6 +235,7 @@ TEST_F(ForwardOpTest, CudaProbeCountsACppSyncLetsTheForwardFinishAndRestoresWhat
   EXPECT_EQ(c10::WarningUtils::get_warning_handler(), &before);
   EXPECT_EQ(sync_debug.get_sync_debug_mode(), c10::cuda::SyncDebugMode::L_DISABLED);
   destroy(runner);
+#endif
 }
 
 } // namespace
