@@ -105,10 +105,20 @@ void run_holding_gil(graphed::LockedWork work, void *context) noexcept {
   PyGILState_Release(state);
 }
 
+// Releases the GIL around work when this thread holds it (a wait on other threads).
+void run_releasing_gil(graphed::LockedWork work, void *context) noexcept {
+  if (!Py_IsInitialized() || PyGILState_Check() == 0) {
+    work(context);
+    return;
+  }
+  Py_BEGIN_ALLOW_THREADS work(context);
+  Py_END_ALLOW_THREADS
+}
+
 } // namespace
 
 extern "C" void gf_fastcall_torch_install_interpreter_lock(void) {
-  graphed::set_interpreter_lock_runner(run_holding_gil);
+  graphed::set_interpreter_lock_runners(run_holding_gil, run_releasing_gil);
 }
 
 extern "C" PyObject *gf_fastcall_torch_object_of(const gf_tensor *tensor) {

@@ -4,6 +4,7 @@
 
 #include "gf_torch_errors.h"
 
+#include "gf_shim_group.h"
 #include "gf_shim_tensor.h"
 
 #include <ATen/ATen.h>
@@ -125,7 +126,7 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
     }
     return GF_OK;
   } catch (...) {
-    const bool own_error = forward_error_marked && !host->agree_op.has_value();
+    const bool own_error = forward_error_marked && !host->agrees();
     forward_error_marked = false;
     if (own_error) {
       return gf_error_set(err, GF_ERR_FORWARD, "graphed: the forward of '%s' raised",
@@ -139,6 +140,9 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
 int host_agree(void *context, int ok) {
   HostContext *host = host_context(context);
   try {
+    if (host->group_name.has_value()) {
+      return agree_over_group(*host->group_name, host->device, ok != 0) ? 1 : 0;
+    }
     at::Tensor flag = at::full({1}, ok ? 1 : 0, at::TensorOptions().dtype(at::kInt));
     std::vector<c10::IValue> stack{flag};
     host->agree_op->callBoxed(stack);
@@ -223,7 +227,7 @@ gf_host make_torch_host(HostContext *context) {
   host.empty_like = host_empty_like;
   host.retain = host_retain;
   host.run_forward = host_run_forward;
-  host.agree = context->agree_op.has_value() ? host_agree : nullptr; // no group: no agreement
+  host.agree = context->agrees() ? host_agree : nullptr; // no group: no agreement
   host.release = host_release;
   host.warn = host_warn;
   host.notify = host_notify;

@@ -1,6 +1,7 @@
 // The host side of a runner built from libtorch: tensors are at::Tensor handles, the forward to
 // capture is an operator found by name in the dispatcher (Python registers the module's forward,
-// a C++ test registers its own), and agreement across ranks is another such operator.
+// a C++ test registers its own), and agreement across ranks is another such operator or the
+// shim's own all-reduce over a process group named at create.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -22,6 +23,13 @@ struct HostContext {
   //  str shapes) -> (): told of every gf_event ("captured", "evicted", "disabled", "churn") and
   // of the runner's warnings ("warning"); without it warnings go to TORCH_WARN.
   std::optional<c10::OperatorHandle> observer_op;
+  // The registered name of a torch.distributed process group: agreement is the shim's own
+  // all-reduce over it (gf_shim_group.h) instead of agree_op's.
+  std::optional<std::string> group_name;
+  c10::Device device{c10::DeviceType::CPU};
+
+  // Whether the runner's capture outcomes are agreed across ranks.
+  bool agrees() const { return agree_op.has_value() || group_name.has_value(); }
 };
 
 // Finds an operator "namespace::name" (no overload) or throws a c10::Error naming it.

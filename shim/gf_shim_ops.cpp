@@ -2,7 +2,9 @@
 // becomes a torch error: ValueError for bad values, TypeError for wrong kinds, RuntimeError for the
 // rest. Schemas:
 //   create(str name, str forward_op, Device device, int max_entries=16, int warmup_iters=2,
-//          bool enabled=True, str? agree_op=None, str? observer_op=None) -> int
+//          bool enabled=True, str? agree_op=None, str? observer_op=None,
+//          str? group_name=None) -> int              group_name: a process group's registered
+//                                                      name, agreed over by the shim itself
 //   forward(int runner, str key, Tensor[] inputs, Tensor[]? keep_alive=None, bool pin=False,
 //           bool static_outputs=False) -> Tensor[]
 //   stats(int runner) -> (int[], str, str)      counters, backend name, disabled reason
@@ -92,7 +94,8 @@ private:
 int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Device device,
                   int64_t max_entries, int64_t warmup_iters, bool enabled,
                   std::optional<c10::string_view> agree_op,
-                  std::optional<c10::string_view> observer_op) {
+                  std::optional<c10::string_view> observer_op,
+                  std::optional<c10::string_view> group_name) {
   if (max_entries < 1 || warmup_iters < 0 || warmup_iters > INT32_MAX) {
     TORCH_CHECK_VALUE(false, format_message("graphed: max_entries must be at least 1 and "
                                             "warmup_iters between 0 and 2147483647, got %lld and "
@@ -109,6 +112,12 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
     if (observer_op.has_value() && !observer_op->empty()) {
       context->observer_op = find_operator(std::string(*observer_op), "observer");
     }
+    TORCH_CHECK_VALUE(!(group_name.has_value() && context->agree_op.has_value()),
+                      "graphed: give a runner agree_op or group_name, not both");
+    if (group_name.has_value()) {
+      context->group_name = std::string(*group_name);
+    }
+    context->device = device;
   } catch (...) {
     delete context;
     throw;
@@ -351,7 +360,8 @@ void use_backend_op(c10::string_view name) {
 
 TORCH_LIBRARY(graphed, m) {
   m.def("create(str name, str forward_op, Device device, int max_entries=16, "
-        "int warmup_iters=2, bool enabled=True, str? agree_op=None, str? observer_op=None) -> int",
+        "int warmup_iters=2, bool enabled=True, str? agree_op=None, str? observer_op=None, "
+        "str? group_name=None) -> int",
         &graphed::create_op);
   // pt2_compliant: its fake implementation (graphed/_fake.py) passes torch.library.opcheck
   // (tests/python/test_compile.py).

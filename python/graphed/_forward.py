@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 
 import torch
 
-from . import _library, _observe, _phases
+from . import _groups, _library, _observe, _phases
 from ._native import _graphed_fastcall as _fastcall
 from ._tree import flatten_kwargs, flatten_output, rebuild_output, unflatten
 
@@ -66,26 +66,6 @@ def _is_callers_error(raised: BaseException) -> bool:
     as opposed to a RuntimeError a capture raises for what it forbids: the caller gets it as
     eager would raise it, once, and the runner stays enabled (a smaller key may still capture)."""
     return not isinstance(raised, RuntimeError) or isinstance(raised, torch.OutOfMemoryError)
-
-
-def agreement_over(
-    group: Any, device_collectives: str, device_type: str, current_device: Callable[[], int]
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The body of the agreement operator: the MIN of each rank's capture outcome over `group`,
-    on the current device when the group's backend is the device's (`device_collectives`, e.g.
-    "nccl" for "cuda"), else on the CPU."""
-
-    def agree(ok: torch.Tensor) -> torch.Tensor:
-        import torch.distributed as dist
-
-        device: str | torch.device = "cpu"
-        if dist.get_backend(group) == device_collectives:
-            device = torch.device(device_type, current_device())
-        flag = ok.to(device=device, dtype=torch.int32).clone()
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
-        return flag.cpu()
-
-    return agree
 
 
 def runner_stats(runner_id: int) -> dict[str, Any]:
@@ -312,9 +292,8 @@ class GraphedForward:
             return runner._run_module(inputs)
 
         self._forward_op = _define_op("(Tensor[] inputs) -> Tensor[]", run_module)
-        agree_op = None
-        if group is not None:
-            agree_op = _define_op("(Tensor ok) -> Tensor", self._agreement(group))
+        # With a group, the shim agrees over it by its registered name (see graphed._groups).
+        group_name = _groups.group_name_of(group) if group is not None else None
         self._log, observer_op = _observe.observer_for(name)
         if self.device.type == "cuda":
             _phases.install_capture_awareness()
@@ -325,10 +304,13 @@ class GraphedForward:
             max_entries,
             warmup_iters,
             enabled,
-            agree_op,
+            None,
             observer_op,
+            group_name,
         )
         _runners[self._id] = self
+        if group is not None:
+            _groups.track(self._id, self)
         self._finalizer = weakref.finalize(self, torch.ops.graphed.destroy, self._id)
         self._warn_if_unavailable()
 
@@ -516,10 +498,6 @@ class GraphedForward:
                 others.append(item)
         return held_tensors, tuple(others)
 
-    @staticmethod
-    def _agreement(group: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-        return agreement_over(group, "nccl", "cuda", torch.cuda.current_device)
-
     def _warn_if_unavailable(self) -> None:
         global _warned_unavailable
         reason = self.disabled_reason
@@ -575,6 +553,16 @@ class GraphedForward:
         """Disables graph replay for the rest of the process; calls run eager."""
         torch.ops.graphed.disable(self._id, str(reason))
         self._known_disabled = True
+
+    def release_group(self, reason: str) -> None:
+        """Lets go of the process group before it ends (graphed._groups calls it when the group
+        is destroyed and at interpreter exit): drops every graph, which may use the group's
+        communicator, and disables the runner with `reason`; calls run eager from then on."""
+        if self.group is None:
+            return
+        self.disable(reason)
+        self.reset()
+        self.group = None
 
     def reset(self) -> None:
         """Drops every captured graph and its buffers; the next call captures again."""

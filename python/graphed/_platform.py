@@ -2,8 +2,9 @@
 current platform, as the serving stack picks it, and `XPUGraphedForward` is the Intel GPU one.
 
 XPUGraphedForward is a subclass of GraphedForward that changes only the device hooks of the
-Python layer: the default device index, the outer-capture check (torch.xpu's) and the device of
-the rank-agreement all-reduce (XCCL). It is not "the same class bound to the XPU backend" because
+Python layer: the default device index and the outer-capture check (torch.xpu's); the
+rank-agreement all-reduce picks the device of an XCCL group by itself (shim/gf_shim_group.h). It
+is not "the same class bound to the XPU backend" because
 the native backend is chosen once per process at load (CUDA, then XPU, then none) and is not a
 per-object choice; what differs per platform in Python is only these hooks."""
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ._forward import GraphedForward, agreement_over
+from ._forward import GraphedForward
 from ._library import backend
 
 __all__ = ["CUDAGraphedForward", "XPUGraphedForward", "get_graphed_forward_cls"]
@@ -48,10 +49,6 @@ class XPUGraphedForward(GraphedForward):
             and _xpu_available()
             and bool(capturing())
         )
-
-    @staticmethod
-    def _agreement(group: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-        return agreement_over(group, "xccl", "xpu", lambda: torch.xpu.current_device())
 
 
 def get_graphed_forward_cls() -> type[GraphedForward]:
