@@ -1,7 +1,14 @@
 """Runs before the rest of the package is imported: a checkout that was never built, or a build
 made for another torch, becomes one readable ImportError here instead of `No module named
-'graphed._native'` or an undefined symbol further down."""
+'graphed._native'` or an undefined symbol further down. Under `python -m graphed` (the install
+check) the same finding is the doctor's report and exit status 1, not a traceback."""
 
 from ._library import check_build
 
-check_build()
+try:
+    check_build()
+except ImportError as error:
+    from ._doctor import exit_if_doctor
+
+    exit_if_doctor(error)
+    raise

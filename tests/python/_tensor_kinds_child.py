@@ -1,4 +1,4 @@
-"""Why this exists: the child process of test_reliability's tensor-kind matrix. It feeds one kind
+"""Why this exists: the child process of test_inputs.py's tensor-kind matrix. It feeds one kind
 of tensor through every entry point of graphed and prints one JSON line per entry point, so that
 a process abort (a C++ exception crossing extern "C") shows as a failed case in the parent
 instead of killing the test session. Usage: python _tensor_kinds_child.py KIND"""

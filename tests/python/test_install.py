@@ -165,11 +165,6 @@ def test_only_the_doctor_turns_the_import_error_into_its_report(monkeypatch, cap
     assert _doctor.exit_if_doctor(error) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the package's import check (graphed/_preflight.py) does not yet hand its ImportError "
-    "to _doctor.exit_if_doctor, so `python -m graphed` fails in the package's import",
-)
 def test_doctor_reports_a_torch_mismatch_without_a_traceback(tmp_path):
     _build_info()
     package = tmp_path / "site" / "graphed"
