@@ -45,14 +45,14 @@ struct DenseInput {
 void write_back_dense(const std::vector<DenseInput> &densified, const gf_tensor *described,
                       const unsigned char *mutated);
 
-// "bf16[8, 64], f32[3]": the dtypes and shapes of descriptors, for log lines and listings.
-// Numbers are formatted with snprintf (see gf_torch_errors.h).
 // When err is about an input tensor (err->input_number, set by the core's device check), rewrites
 // its message in torch's words: "<subject> is on cpu; the runner is on cuda:0; ...", where
 // subject names the input as its caller knows it (a kwarg path, "inputs[3]"). Never throws.
 void word_input_error(const at::Tensor &input, const std::string &subject,
                       c10::Device runner_device, gf_error *err);
 
+// "bf16[8, 64], f32[3]": the dtypes and shapes of descriptors, for log lines and listings.
+// Numbers are formatted with snprintf (see gf_torch_errors.h).
 std::string describe_shapes(const gf_tensor *tensors, size_t count);
 
 // The tensor a handle owns.

@@ -1,5 +1,7 @@
-"""Flatten keyword-argument trees into tensors plus a hashable skeleton, and copy them into the
-static buffers a captured CUDA graph reads, so each forward can pick and refresh the right graph.
+"""The Python walker: flattens keyword-argument trees the C walker (pyext/gf_walker.c) hands back
+(containers it does not know) into tensors plus a hashable key, and rebuilds outputs; the native
+core then copies the tensors into the graph's static buffers. It also keeps the seed's helpers
+(clone_static, copy_into, kwargs_signature), exported for code written against the seed.
 
 dict, list, tuple and namedtuple are walked, and so is every container type registered with
 torch.utils._pytree (transformers' and diffusers' ModelOutput, OrderedDict, defaultdict, deque,

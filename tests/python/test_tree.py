@@ -1,4 +1,5 @@
-"""Tests for graphed._tree, the kwargs flatten/key/copy helpers used on every graphed forward.
+"""Tests for graphed._tree, the Python walker (the fallback for trees the C walker hands back) and
+the seed's flatten/key/copy helpers.
 
 The module is loaded from its file path so these tests never need the native library.
 """
