@@ -11,7 +11,7 @@
  * graphed::forward operator through the dispatcher so that FakeTensor and other modes see it.
  *
  * The walker is the truth for plain trees: the forward operator the core calls back (for probe,
- * warm-up, capture or eager runs) rebuilds plain kwargs with `substitute`, records a plain
+ * warm-up, capture or eager runs) decodes plain kwargs from the key with `decode`, records a plain
  * result's template with `output_template`, and both entries rebuild a plain output in C; only
  * trees the walker does not take go through graphed._tree. `flatten` shows the walk to tests.
  *
@@ -592,16 +592,6 @@ static PyObject *gf_flatten(PyObject *self, PyObject *const *args, Py_ssize_t na
   return flat;
 }
 
-/* substitute(kwargs, tensors) -> kwargs rebuilt with tensors in the walk's tensor slots. */
-static PyObject *gf_substitute(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  (void)self;
-  if (nargs != 2 || !PyList_CheckExact(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "_graphed_fastcall.substitute(kwargs, tensors: list)");
-    return NULL;
-  }
-  return gf_walk_substitute(args[0], args[1]);
-}
-
 /* output_template(result) -> (template, [tensors]) for a plain result, else None. */
 static PyObject *gf_output_template(PyObject *self, PyObject *result) {
   (void)self;
@@ -649,8 +639,6 @@ static PyMethodDef gf_fastcall_methods[] = {
      "decode(key, tensors) -> the kwargs a fast-path key stands for"},
     {"flatten", (PyCFunction)(void (*)(void))gf_flatten, METH_FASTCALL,
      "flatten(kwargs, variant) -> (key bytes, [tensors]) or FALLBACK: the walk of `call`"},
-    {"substitute", (PyCFunction)(void (*)(void))gf_substitute, METH_FASTCALL,
-     "substitute(kwargs, tensors) -> kwargs with tensors in the walk's tensor slots"},
     {"output_template", (PyCFunction)gf_output_template, METH_O,
      "output_template(result) -> (template, [tensors]) for a plain result, else None"},
     {"rebuild", (PyCFunction)(void (*)(void))gf_rebuild, METH_FASTCALL,

@@ -504,9 +504,8 @@ Py_ssize_t gf_walk_parse_shapes(const unsigned char *bytes, size_t length, gf_te
 /* -- the rebuilds: one map of plain containers, in the walk's order -------------------------- */
 
 typedef enum {
-  GF_MAP_SUBSTITUTE, /* a plain tensor is a slot; it takes the next of `items` */
-  GF_MAP_TEMPLATE,   /* any tensor is a slot; it is appended to `items`, the placeholder put */
-  GF_MAP_REBUILD,    /* the placeholder is a slot; it takes the next of `items` */
+  GF_MAP_TEMPLATE, /* any tensor is a slot; it is appended to `items`, the placeholder put */
+  GF_MAP_REBUILD,  /* the placeholder is a slot; it takes the next of `items` */
 } gf_map_kind;
 
 typedef struct gf_map {
@@ -526,8 +525,6 @@ static int gf_is_plain_output_leaf(PyObject *value) {
 
 static int gf_map_is_slot(const gf_map *map, PyObject *value) {
   switch (map->kind) {
-  case GF_MAP_SUBSTITUTE:
-    return gf_fastcall_torch_is_plain_tensor(value);
   case GF_MAP_TEMPLATE:
     return gf_fastcall_torch_is_tensor(value);
   case GF_MAP_REBUILD:
@@ -634,7 +631,7 @@ static gf_walk_result gf_map_value(gf_map *map, PyObject *value, int depth, PyOb
   return GF_WALK_OK;
 }
 
-/* Substitute and rebuild: every item of `items` must fill exactly one slot. */
+/* Rebuild: every item of `items` must fill exactly one slot. */
 static PyObject *gf_map_filling(gf_map_kind kind, PyObject *tree, PyObject *placeholder,
                                 PyObject *items) {
   gf_map map = {kind, placeholder, items, 0};
@@ -654,10 +651,6 @@ static PyObject *gf_map_filling(gf_map_kind kind, PyObject *tree, PyObject *plac
     return NULL;
   }
   return mapped;
-}
-
-PyObject *gf_walk_substitute(PyObject *kwargs, PyObject *tensors) {
-  return gf_map_filling(GF_MAP_SUBSTITUTE, kwargs, NULL, tensors);
 }
 
 PyObject *gf_walk_rebuild(PyObject *template, PyObject *placeholder, PyObject *outputs) {

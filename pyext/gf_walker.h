@@ -74,10 +74,6 @@ PyObject *gf_walk_shapes(const gf_tensor *tensors, size_t count);
 Py_ssize_t gf_walk_parse_shapes(const unsigned char *bytes, size_t length, gf_tensor *tensors,
                                 size_t capacity);
 
-/* `kwargs`, a tree the walker took, rebuilt with tensors[i] (a list) in the i-th tensor slot of
- * the walk; a new reference, or NULL with a Python error when the counts differ. */
-PyObject *gf_walk_substitute(PyObject *kwargs, PyObject *tensors);
-
 /* For a plain forward result: *template (the result with `placeholder` in each tensor slot) and
  * *tensors (a list of its tensors in walk order), new references, and GF_WALK_OK. A result that is
  * not plain gives GF_WALK_UNSUPPORTED and no Python error. */

@@ -1,8 +1,9 @@
 """The contract between the two walkers of a kwargs tree: the C walker (pyext/gf_walker.c, the
 fast path's truth for plain trees) and graphed._tree (the Python path, for the trees C hands off).
 On a table of plain trees both give the same tensors in the same order, and equal keys on one path
-exactly when the other's are equal; the C substitute, output template and rebuild round-trip; and
-the call state each call sets is the outer call's again once a nested call returns.
+exactly when the other's are equal; the C decode (kwargs from a key, as the forward operator gets
+them), output template and rebuild round-trip; and the call state each call sets is the outer
+call's again once a nested call returns.
 Through GraphedForward: keys of leaves whose repr hides their value, output templates keyed by
 shape (also while reset races calls), and a forward calling its own GraphedForward."""
 
@@ -103,21 +104,28 @@ def test_keys_are_equal_on_one_path_exactly_when_on_the_other():
 
 
 @pytest.mark.parametrize(("kwargs", "variant"), _TREES)
-def test_substitute_puts_tensors_back_in_walk_order(kwargs, variant):
-    _, tensors = fastcall.flatten(kwargs, variant)
+def test_decode_puts_tensors_back_in_walk_order(kwargs, variant):
+    # decode is what the forward operator runs on every probe, warm-up, capture and eager call:
+    # the kwargs come from the key bytes alone, with the given tensors in the walk's slots.
+    key, tensors = fastcall.flatten(kwargs, variant)
     replacements = [torch.empty(0) for _ in tensors]
-    substituted = fastcall.substitute(kwargs, replacements)
-    assert _same_tree(substituted, unflatten(flatten_kwargs(kwargs, variant)[2], replacements))
-    key_again, tensors_again = fastcall.flatten(substituted, variant)
+    decoded = fastcall.decode(key, replacements)
+    assert _same_tree(decoded, unflatten(flatten_kwargs(kwargs, variant)[2], replacements))
+    key_again, tensors_again = fastcall.flatten(decoded, variant)
+    assert key_again == key
     assert all(a is b for a, b in zip(tensors_again, replacements, strict=True))
-    assert _same_tree(fastcall.substitute(kwargs, list(tensors)), kwargs)
+    assert _same_tree(fastcall.decode(key, list(tensors)), kwargs)
 
 
-def test_substitute_and_rebuild_reject_a_wrong_tensor_count():
-    with pytest.raises(ValueError, match="2 tensors"):
-        fastcall.substitute({"x": _F32}, [_F32, _I64])
-    with pytest.raises(ValueError, match="more tensor slots"):
-        fastcall.substitute({"x": _F32, "y": _I64}, [_F32])
+def test_decode_and_rebuild_reject_a_wrong_tensor_count():
+    key, _ = fastcall.flatten({"x": _F32}, None)
+    with pytest.raises(ValueError, match="with 2 tensors"):
+        fastcall.decode(key, [_F32, _I64])
+    key, _ = fastcall.flatten({"x": _F32, "y": _I64}, None)
+    with pytest.raises(ValueError, match="with 1 tensors"):
+        fastcall.decode(key, [_F32])
+    with pytest.raises(ValueError, match="not the key"):
+        fastcall.decode(key[:-1], [_F32, _I64])
     template, _ = fastcall.output_template((_F32, _I64))
     with pytest.raises(ValueError, match="more tensor slots"):
         fastcall.rebuild(template, [_F32])
