@@ -1,10 +1,11 @@
 /* The Level Zero half of the XPU backend, in C: the loader opened at run time (never linked, so a
  * machine without it still loads graphed), driver and device discovery with the checks the
  * backend needs, handle translation for extension calls when the loader wraps handles, and the
- * gather-copy kernel (SPIR-V the build produces and embeds) with its table protocol. Everything
- * here is reachable without torch, so it is tested through the real loader with a test driver;
- * the torch half (gf_xpu_torch.cpp) uses it on torch's own context and device. Every handle
- * created here has one function that releases it. */
+ * gather-copy kernel (SPIR-V the build produces and embeds) with its table encoding and launch
+ * shape. Everything here is reachable without torch, so it is tested through the real loader with
+ * a test driver (tests/xpu, which also holds the Level Zero submission the tests drive the kernel
+ * with); the torch half (gf_xpu_torch.cpp) submits through SYCL on torch's own context and
+ * device. Every handle created here has one function that releases it. */
 #ifndef GF_XPU_LEVEL_ZERO_H
 #define GF_XPU_LEVEL_ZERO_H
 
@@ -27,7 +28,7 @@ enum {
   /* The lowest driver API the backend is written against (ze_api.h 1.3: module, kernel,
    * immediate list and event calls as used here, and extension lookup by name). */
   GF_XPU_MIN_API_VERSION = ZE_MAKE_VERSION(1, 3),
-  /* Gather launch shape (see gf_xpu_gather.cl). */
+  /* Gather launch shape (gf_xpu_gather_launch_of, gf_xpu_gather.cl). */
   GF_XPU_GATHER_GROUP_SIZE = 256,
   GF_XPU_GATHER_GROUPS_PER_COPY = 16,
   /* Entries per table half: the input node's and the output node's tables hold this many each. */
@@ -109,9 +110,6 @@ gf_status gf_xpu_ze_open(const char *loader_name, gf_xpu_ze *ze, gf_error *err);
 int gf_xpu_ze_device_usable(const gf_xpu_ze *ze, int index, int native_graphs, char *why,
                             size_t why_capacity);
 
-/* The index of `device` among ze->devices, or -1. */
-int gf_xpu_ze_device_index(const gf_xpu_ze *ze, ze_device_handle_t device);
-
 /* A loader handle as the driver knows it: extension functions are called by the driver directly,
  * so under loader intercept (or with a second driver) they must receive the driver's handle. */
 gf_status gf_xpu_ze_translate(const gf_xpu_ze *ze, zel_handle_type_t type, void *handle,
@@ -120,6 +118,9 @@ gf_status gf_xpu_ze_translate(const gf_xpu_ze *ze, zel_handle_type_t type, void 
 /* Whether a Level Zero graph capture is recording into `list` (translated first): 1 yes, 0 no or
  * the extension is absent, a negative value when the query failed. */
 int gf_xpu_ze_list_capturing(const gf_xpu_ze *ze, ze_command_list_handle_t list);
+
+/* A Level Zero failure as a status: GF_ERR_BACKEND and "graphed: <what> failed (result)". */
+gf_status gf_xpu_ze_failed(gf_error *err, const char *what, ze_result_t result);
 
 /* ---- the gather-copy kernel and its table protocol ---------------------------------------- */
 
@@ -155,44 +156,20 @@ void gf_xpu_gather_destroy(gf_xpu_gather *gather);
 gf_status gf_xpu_gather_encode(const gf_copy *copies, size_t count, gf_xpu_gather_entry *table,
                                size_t capacity, gf_error *err);
 
-/* The group count of a launch over `count` entries. */
-ze_group_count_t gf_xpu_gather_groups(size_t count);
+/* The gather's launch over `count` entries, the one definition of its shape (see
+ * gf_xpu_gather.cl): `copies` rows of `groups_per_copy` work-groups of `group_size` work-items,
+ * the groups of a row striding over one entry's bytes. Level Zero counts groups as
+ * (groups_per_copy, copies, 1); SYCL names the same launch with its dimensions reversed. */
+typedef struct gf_xpu_gather_launch {
+  uint32_t copies;
+  uint32_t groups_per_copy;
+  uint32_t group_size;
+} gf_xpu_gather_launch;
 
-/* Sets the kernel's group size and arguments: the device table and the entry count. */
-gf_status gf_xpu_gather_set_args(const gf_xpu_gather *gather, const void *device_table,
-                                 uint32_t count, gf_error *err);
-
-/* A table pair the C side owns: host staging and device memory of `capacity` entries. */
-typedef struct gf_xpu_gather_table {
-  const gf_xpu_gather *gather;
-  gf_xpu_gather_entry *host;
-  void *device;
-  size_t capacity;
-} gf_xpu_gather_table;
-
-gf_status gf_xpu_gather_table_create(const gf_xpu_gather *gather, size_t capacity,
-                                     gf_xpu_gather_table *table, gf_error *err);
-void gf_xpu_gather_table_destroy(gf_xpu_gather_table *table);
-
-/* An immediate command list on the gather's device, with the two events that order a gather's
- * upload before its launch and let the host wait for the launch. */
-typedef struct gf_xpu_list {
-  const gf_xpu_gather *gather;
-  ze_command_list_handle_t list;
-  ze_event_pool_handle_t pool;
-  ze_event_handle_t uploaded;
-  ze_event_handle_t done;
-} gf_xpu_list;
-
-gf_status gf_xpu_list_create(const gf_xpu_gather *gather, gf_xpu_list *list, gf_error *err);
-void gf_xpu_list_destroy(gf_xpu_list *list);
-
-/* The table protocol on a Level Zero list: encode the copies into the host staging, then two
- * submissions whatever the count (the staging-to-device table upload and the kernel launch, which
- * waits on it), then the host waits for the launch, so the staging may be rewritten. */
-gf_status gf_xpu_gather_submit(const gf_xpu_gather *gather, gf_xpu_list *list,
-                               gf_xpu_gather_table *table, const gf_copy *copies, size_t count,
-                               gf_error *err);
+static inline gf_xpu_gather_launch gf_xpu_gather_launch_of(uint32_t count) {
+  gf_xpu_gather_launch launch = {count, GF_XPU_GATHER_GROUPS_PER_COPY, GF_XPU_GATHER_GROUP_SIZE};
+  return launch;
+}
 
 #ifdef __cplusplus
 }

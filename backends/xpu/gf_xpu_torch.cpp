@@ -65,14 +65,16 @@ constexpr auto kLevelZero = sycl::backend::ext_oneapi_level_zero;
 void submit_gather(gf_xpu_torch_runner *runner, sycl::queue &queue, const void *table,
                    uint32_t count) {
   sycl::kernel &kernel = *runner->kernel;
+  const gf_xpu_gather_launch launch = gf_xpu_gather_launch_of(count);
   queue.submit([&](sycl::handler &handler) {
     handler.set_arg(0, table);
     handler.set_arg(1, count);
     // SYCL's last dimension is Level Zero's first: (entries, groups per copy x group size).
     handler.parallel_for(
-        sycl::nd_range<2>(sycl::range<2>(count, static_cast<size_t>(GF_XPU_GATHER_GROUPS_PER_COPY) *
-                                                    GF_XPU_GATHER_GROUP_SIZE),
-                          sycl::range<2>(1, GF_XPU_GATHER_GROUP_SIZE)),
+        sycl::nd_range<2>(
+            sycl::range<2>(launch.copies,
+                           static_cast<size_t>(launch.groups_per_copy) * launch.group_size),
+            sycl::range<2>(1, launch.group_size)),
         kernel);
   });
 }

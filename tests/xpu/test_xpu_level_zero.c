@@ -5,6 +5,7 @@
  * through the environment. Exit 0 passes; a failure prints the check and exits 1. */
 #include "gf_xpu_backend.h"
 #include "gf_xpu_level_zero.h"
+#include "gf_xpu_submit.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
