@@ -73,7 +73,7 @@ def runner_stats(runner_id: int) -> dict[str, Any]:
     counters, backend, reason = torch.ops.graphed.stats(runner_id)
     stats: dict[str, Any] = dict(zip(_STAT_NAMES, counters[: len(_STAT_NAMES)], strict=True))
     stats["enabled"] = bool(counters[len(_STAT_NAMES)])
-    stats["graph_bytes"] = counters[len(_STAT_NAMES) + 1] if len(counters) > 8 else 0
+    stats["graph_bytes"] = counters[len(_STAT_NAMES) + 1]
     stats["backend"] = backend
     stats["disabled_reason"] = reason or None
     return stats
