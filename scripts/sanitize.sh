@@ -93,7 +93,7 @@ UBSAN_LIB=$(${CC:-cc} -print-file-name=libubsan.so)
 LD_PRELOAD="$ASAN_LIB $UBSAN_LIB" \
   ASAN_OPTIONS=detect_leaks=0:protect_shadow_gap=0:allocator_may_return_null=1 \
   PYTHONPATH="$OUT/site" "$PYTHON" -m pytest "$SRC/tests/python" -q -p no:cacheprovider \
-  -m "not gpu" -x --junitxml="$REPORTS/sanitized-pytest.xml" >"$OUT/pytest.log" 2>&1
+  -m "not gpu and not many_processes" -x --junitxml="$REPORTS/sanitized-pytest.xml" >"$OUT/pytest.log" 2>&1
 pytest_rc=$?
 tail -3 "$OUT/pytest.log"
 py_passed=$(grep -Eo '[0-9]+ passed' "$OUT/pytest.log" | tail -1 | grep -Eo '[0-9]+')
