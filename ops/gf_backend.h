@@ -1,8 +1,13 @@
 /* A backend is a table of device hooks. Keying, pools, replay order, LRU and agreement live once
  * in the core; a backend only knows how to stream, capture, copy and launch on its device. The
  * layer above registers each backend it was built with (gf_backend_registry.h) when the library
- * loads; the core never names one. Every hook returns a status; none
- * may abort. `state` is the per-runner object made by runner_create (streams, the graph pool). */
+ * loads, or a test plugin when a test loads it; the core never names one. Every hook returns a
+ * status; none may abort. `state` is the per-runner object made by runner_create (streams, the
+ * graph pool).
+ *
+ * Required of a backend that can capture: name, graphs_supported, capture_end, copy_batch and
+ * launch. Every other hook is optional, as c10's DeviceGuardImplInterface methods are: left NULL,
+ * it has the default its comment names, so a backend writes no stub. */
 #ifndef GF_BACKEND_H
 #define GF_BACKEND_H
 
@@ -31,25 +36,31 @@ typedef struct gf_backend {
    * a sentence in why. */
   int (*graphs_supported)(void *context, int device_type, int device_index, char *why,
                           size_t why_capacity);
+  /* Optional (default: no state, and nothing to destroy). */
   gf_status (*runner_create)(void *context, int device_index, void **state, gf_error *err);
   void (*runner_destroy)(void *context, void *state);
 
-  /* 1 when the current stream is being captured by someone else: calls then run eager. */
+  /* Optional (default: never). 1 when the current stream is being captured by someone else:
+   * calls then run eager. */
   int (*outer_capture_active)(void *context, void *state);
 
   /* Sync-debug mode "warn" on / back to what it was, around the first validated forward: each
    * synchronizing operator is counted, not raised, so the forward runs to its end on every rank;
-   * end fails, saying how many, when there were any. */
+   * end fails, saying how many, when there were any. Optional (default: nothing to switch, as on a
+   * device with no sync-debug mode; a synchronising forward is then caught only if its capture
+   * fails). */
   gf_status (*sync_probe_begin)(void *context, void *state, gf_error *err);
   gf_status (*sync_probe_end)(void *context, void *state, gf_error *err);
 
-  /* Make a side stream that waits on the current one current / join it back. */
+  /* Make a side stream that waits on the current one current / join it back. Optional (default:
+   * the warm-ups run on the current stream). */
   gf_status (*warmup_begin)(void *context, void *state, gf_error *err);
   gf_status (*warmup_end)(void *context, void *state, gf_error *err);
 
   /* Capture everything launched between begin and end into a graph that allocates from the
    * runner's one pool. end must be called after a successful begin, also when the forward failed
-   * (ok = 0), and then returns no graph. */
+   * (ok = 0), and then returns no graph. capture_begin is optional (default: nothing to start:
+   * capture_end alone makes the graph). */
   gf_status (*capture_begin)(void *context, void *state, gf_error *err);
   gf_status (*capture_end)(void *context, void *state, int ok, void **graph, gf_error *err);
 
@@ -57,13 +68,13 @@ typedef struct gf_backend {
   gf_status (*copy_batch)(void *context, void *state, const gf_copy *copies, size_t count,
                           gf_error *err);
   gf_status (*launch)(void *context, void *state, void *graph, gf_error *err);
-  void (*release_graph)(void *context, void *state, void *graph);
+  void (*release_graph)(void *context, void *state, void *graph); /* optional: nothing to free */
 
-  /* Optional: folding the copies into the graph, so a replay is one launch whatever the number
-   * of tensors. capture_copy_node records, into the capture in progress, a batched copy node of
-   * `role` (GF_COPY_INPUTS before the forward, GF_COPY_OUTPUTS after it) and sets *recorded to 1;
-   * *recorded stays 0 when it cannot (too many tensors), and the replay then uses copy_batch.
-   * launch_folded rewrites both nodes' tables and launches the graph; it returns
+  /* Optional (default: no folding): folding the copies into the graph, so a replay is one launch
+   * whatever the number of tensors. capture_copy_node records, into the capture in progress, a
+   * batched copy node of `role` (GF_COPY_INPUTS before the forward, GF_COPY_OUTPUTS after it) and
+   * sets *recorded to 1; *recorded stays 0 when it cannot (too many tensors), and the replay then
+   * uses copy_batch. launch_folded rewrites both nodes' tables and launches the graph; it returns
    * GF_ERR_NOT_FOUND, having launched nothing, when the graph has no such nodes. */
   gf_status (*capture_copy_node)(void *context, void *state, int role, const gf_copy *copies,
                                  size_t count, int *recorded, gf_error *err);

@@ -1,9 +1,11 @@
 /* The core's list of backends, filled from outside as c10's device-guard registry or SQLite's VFS
  * list are: the layer above registers each backend it was built with (a name, a priority and a
- * probe) when the library loads, then asks the registry to choose. The core itself names no
- * backend except "none", which it owns and which is chosen when no probe accepts.
+ * probe) when the library loads, then asks the registry to choose; a test plugin registers its
+ * backend the same way when it is loaded (the library exports these functions). The core itself
+ * names no backend except "none", which it owns and which is chosen when no probe accepts.
  *
- * Registration is meant for load time (one thread); lookups after that only read. */
+ * Registration is meant for load time, of the library or of a plugin (one thread, before any
+ * runner names the backend); lookups after that only read. */
 #ifndef GF_BACKEND_REGISTRY_H
 #define GF_BACKEND_REGISTRY_H
 
@@ -23,7 +25,7 @@ typedef const gf_backend *(*gf_backend_probe_fn)(char *why, size_t why_capacity)
 
 enum {
   GF_BACKEND_REGISTRY_CAPACITY = 16,
-  /* A priority for backends that are found by name only (test backends), never chosen. */
+  /* A priority for backends that are found by name only (a test plugin's), never chosen. */
   GF_BACKEND_BY_NAME_ONLY = -1
 };
 

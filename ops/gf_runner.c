@@ -44,19 +44,14 @@ static int gf_host_is_complete(const gf_host *host) {
          host->clone_static != NULL && host->empty_like != NULL && host->retain != NULL;
 }
 
-/* A backend that says it can capture must fill every device hook the protocol calls, and fold
- * copies with both folding hooks or neither; NULL when it does, else the missing hook's name. A
- * backend that refuses in graphs_supported needs no device hook. */
+/* A backend that says it can capture must fill every device hook the protocol has no default for
+ * (gf_backend.h), and fold copies with both folding hooks or neither; NULL when it does, else the
+ * missing hook's name. A backend that refuses in graphs_supported needs no device hook. */
 static const char *gf_backend_missing_device_hook(const gf_backend *backend) {
   const struct {
     const void *hook;
     const char *name;
   } required[] = {
-      {(const void *)backend->sync_probe_begin, "sync_probe_begin"},
-      {(const void *)backend->sync_probe_end, "sync_probe_end"},
-      {(const void *)backend->warmup_begin, "warmup_begin"},
-      {(const void *)backend->warmup_end, "warmup_end"},
-      {(const void *)backend->capture_begin, "capture_begin"},
       {(const void *)backend->capture_end, "capture_end"},
       {(const void *)backend->copy_batch, "copy_batch"},
       {(const void *)backend->launch, "launch"},
@@ -70,6 +65,36 @@ static const char *gf_backend_missing_device_hook(const gf_backend *backend) {
     return "capture_copy_node and launch_folded (both or neither)";
   }
   return NULL;
+}
+
+/* The default of the optional begin/end hooks, as c10's DeviceGuardImplInterface gives its
+ * optional methods one: nothing to switch, start or join. */
+static gf_status gf_backend_nothing_to_do(void *context, void *state, gf_error *err) {
+  (void)context;
+  (void)state;
+  (void)err;
+  return GF_OK;
+}
+
+/* The runner's own copy of its backend's table, every optional begin/end hook left NULL filled
+ * with the default, so that the protocol calls each hook without asking; NULL when out of memory.
+ * The other optional hooks keep NULL, which means something there (gf_backend.h). */
+static gf_backend *gf_backend_with_defaults(const gf_backend *backend) {
+  gf_backend *table = malloc(sizeof *table);
+  if (table == NULL) {
+    return NULL;
+  }
+  *table = *backend;
+  gf_status (**optional[])(void *, void *, gf_error *) = {
+      &table->sync_probe_begin, &table->sync_probe_end, &table->warmup_begin,
+      &table->warmup_end,       &table->capture_begin,
+  };
+  for (size_t i = 0; i < sizeof optional / sizeof optional[0]; ++i) {
+    if (*optional[i] == NULL) {
+      *optional[i] = gf_backend_nothing_to_do;
+    }
+  }
+  return table;
 }
 
 /* Whether a runner on this backend can capture at all; else it starts disabled with why. Only a
@@ -111,6 +136,7 @@ gf_status gf_runner_create(const gf_runner_config *config, const gf_host *host,
     backend = gf_backend_current();
   }
   gf_runner *runner = NULL;
+  gf_backend *table = NULL;
   gf_status status = GF_OK;
   if (!gf_host_is_complete(host)) {
     status = gf_error_set(err, GF_ERR_INVALID_ARGUMENT, "graphed: the runner's host is incomplete");
@@ -120,12 +146,14 @@ gf_status gf_runner_create(const gf_runner_config *config, const gf_host *host,
   } else if (config->warmup_iters < 0) {
     status = gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
                           "graphed: warmup_iters must be 0 or more, got %d", config->warmup_iters);
-  } else if ((runner = calloc(1, sizeof *runner)) == NULL) {
+  } else if ((table = gf_backend_with_defaults(backend)) == NULL ||
+             (runner = calloc(1, sizeof *runner)) == NULL) {
+    free(table);
     status = gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory creating a runner");
   } else {
     runner->config = *config;
     runner->host = *host;
-    runner->backend = backend;
+    runner->backend = table; /* the runner's copy, freed with it */
     runner->enabled = 1;
     status =
         gf_cache_init(&runner->cache, config->max_entries, gf_runner_release_entry, runner, err);
@@ -162,6 +190,7 @@ void gf_runner_destroy(gf_runner *runner) {
   if (runner->host.destroy != NULL) {
     runner->host.destroy(runner->host.context);
   }
+  free((void *)runner->backend); /* the copy gf_runner_create made */
   free(runner);
 }
 

@@ -1,10 +1,11 @@
 // Fills the core's backend registry with the backends this build has, then runs the load-time
-// choice, when the library loads. This is the one place that names backends: the core only holds
-// the registry, and each backend only offers its probe. Priorities give the order CUDA, then Level
-// Zero; the emulated test backends are found by name only (graphed::use_backend).
+// choice, when the library loads. This is the one place that names the product's backends: the
+// core only holds the registry, and each backend only offers its probe. Priorities give the order
+// CUDA, then Level Zero. The tests' emulated backend is no part of the library: the test plugin
+// (tests/plugin) registers it, by name only, through the same exported registry when a test loads
+// it, and a runner gets it by naming it (create's `backend`).
 extern "C" {
 #include "gf_backend_registry.h"
-#include "gf_emulated_backend.h"
 #ifdef GF_WITH_CUDA
 #include "gf_cuda_backend.h"
 #endif
@@ -34,9 +35,6 @@ struct RegisterBackendsAtLoad {
 #ifdef GF_WITH_XPU
     register_backend("xpu", kXpuPriority, gf_xpu_backend_probe);
 #endif
-    register_backend("emulated", GF_BACKEND_BY_NAME_ONLY, gf_emulated_backend_probe);
-    register_backend("emulated_fail_capture", GF_BACKEND_BY_NAME_ONLY,
-                     gf_emulated_failing_backend_probe);
     gf_backend_choose();
   }
 } register_backends_at_load;

@@ -3,8 +3,11 @@
 // rest. Schemas:
 //   create(str name, str forward_op, Device device, int max_entries=16, int warmup_iters=2,
 //          bool enabled=True, str? agree_op=None, str? observer_op=None,
-//          str? group_name=None) -> int              group_name: a process group's registered
-//                                                      name, agreed over by the shim itself
+//          str? group_name=None, str? backend=None) -> int
+//                                               group_name: a process group's registered name,
+//                                               agreed over by the shim itself; backend: any
+//                                               registered backend by name (tests: "emulated",
+//                                               from the test plugin), None the one chosen at load
 //   forward(int runner, str key, Tensor[] inputs, Tensor[]? keep_alive=None, bool pin=False,
 //           bool static_outputs=False) -> Tensor[]
 //   stats(int runner) -> (int[], str, str)      counters, backend name, disabled reason
@@ -17,9 +20,6 @@
 //   entry_replays(int runner, str key, Tensor[] inputs) -> int
 //   forward_phase() -> int                      why the host runs the forward on this thread:
 //                                               0 eager, 1 probe, 2 warm-up, 3 capture
-//   use_backend(str name) -> ()                 "default", or any registered backend by name
-//                                               (tests use "emulated", "emulated_fail_capture")
-//                                               for later runners
 #include "gf_shim_host.h"
 #include "gf_shim_interpreter_lock.h"
 #include "gf_shim_registry.h"
@@ -34,7 +34,6 @@ extern "C" {
 #include "gf_runner.h"
 }
 
-#include <atomic>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -44,9 +43,6 @@ extern "C" {
 namespace graphed {
 
 namespace {
-
-// The backend given to runners created from now on; NULL means the one chosen at load.
-std::atomic<const gf_backend *> backend_for_new_runners{nullptr};
 
 [[noreturn]] void raise_status(gf_status status, const gf_error &err) {
   const char *message = err.message[0] ? err.message : gf_status_name(status);
@@ -95,13 +91,23 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
                   int64_t max_entries, int64_t warmup_iters, bool enabled,
                   std::optional<c10::string_view> agree_op,
                   std::optional<c10::string_view> observer_op,
-                  std::optional<c10::string_view> group_name) {
+                  std::optional<c10::string_view> group_name,
+                  std::optional<c10::string_view> backend_name) {
   if (max_entries < 1 || warmup_iters < 0 || warmup_iters > INT32_MAX) {
     TORCH_CHECK_VALUE(false, format_message("graphed: max_entries must be at least 1 and "
                                             "warmup_iters between 0 and 2147483647, got %lld and "
                                             "%lld",
                                             static_cast<long long>(max_entries),
                                             static_cast<long long>(warmup_iters)));
+  }
+  const gf_backend *backend = nullptr; // the one chosen at load
+  if (backend_name.has_value()) {
+    char why[512] = "";
+    backend = gf_backend_find(std::string(*backend_name).c_str(), why, sizeof why);
+    if (backend == nullptr) {
+      TORCH_CHECK_VALUE(false, format_message("graphed: cannot use backend '%s': %s",
+                                              std::string(*backend_name).c_str(), why));
+    }
   }
   auto *context = new HostContext{find_operator(std::string(forward_op), "forward"), std::nullopt,
                                   std::string(name), std::nullopt};
@@ -131,8 +137,7 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
   gf_host host = make_torch_host(context);
   gf_runner *runner = nullptr;
   gf_error err{};
-  gf_status status =
-      gf_runner_create(&config, &host, backend_for_new_runners.load(), &runner, &err);
+  gf_status status = gf_runner_create(&config, &host, backend, &runner, &err);
   if (status != GF_OK) {
     raise_status(status, err);
   }
@@ -339,21 +344,6 @@ int64_t entry_replays_op(int64_t runner_id, c10::string_view key, at::TensorList
 
 int64_t forward_phase_op() { return static_cast<int64_t>(forward_phase()); }
 
-void use_backend_op(c10::string_view name) {
-  if (name == "default") {
-    backend_for_new_runners.store(nullptr);
-    return;
-  }
-  char why[512] = "";
-  const gf_backend *found = gf_backend_find(std::string(name).c_str(), why, sizeof why);
-  if (found == nullptr) {
-    TORCH_CHECK_VALUE(false, format_message("graphed: cannot use backend '%s': %s; 'default' "
-                                            "returns to the one chosen at load",
-                                            std::string(name).c_str(), why));
-  }
-  backend_for_new_runners.store(found);
-}
-
 } // namespace
 
 } // namespace graphed
@@ -361,7 +351,7 @@ void use_backend_op(c10::string_view name) {
 TORCH_LIBRARY(graphed, m) {
   m.def("create(str name, str forward_op, Device device, int max_entries=16, "
         "int warmup_iters=2, bool enabled=True, str? agree_op=None, str? observer_op=None, "
-        "str? group_name=None) -> int",
+        "str? group_name=None, str? backend=None) -> int",
         &graphed::create_op);
   // pt2_compliant: its fake implementation (graphed/_fake.py) passes torch.library.opcheck
   // (tests/python/test_compile.py).
@@ -376,7 +366,6 @@ TORCH_LIBRARY(graphed, m) {
   m.def("destroy(int runner) -> ()", &graphed::destroy_op);
   m.def("backend() -> str[]", &graphed::backend_op);
   m.def("entry_replays(int runner, str key, Tensor[] inputs) -> int", &graphed::entry_replays_op);
-  m.def("use_backend(str name) -> ()", &graphed::use_backend_op);
   m.def("forward_phase() -> int", &graphed::forward_phase_op);
   m.def("entries(int runner) -> (str[], str[], int[], int[], int[], int[], int[], int[])",
         &graphed::entries_op);

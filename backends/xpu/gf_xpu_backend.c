@@ -5,12 +5,12 @@
  * (gf_xpu_torch.cpp, built when torch has XPU), since capture goes through torch's XPU graph.
  *
  * Hooks: graphs_supported asks Level Zero (device, compute engine, SPIR-V, and the graph flag
- * when native recording is asked for) and then torch (the SYCL graph aspect). The sync probe is a
- * no-op: torch has no sync-debug mode for XPU (nothing in c10/xpu matches SyncDebug), so a
- * synchronising operator in a forward is caught only when it fails during capture. Copies are
- * one gather kernel per node reading a table the entry owns, refreshed before each replay: a
- * folded replay is two submissions (the table upload, the graph), whatever the number of
- * tensors. */
+ * when native recording is asked for) and then torch (the SYCL graph aspect). The sync probe hooks
+ * are left to the core's default (nothing to switch): torch has no sync-debug mode for XPU (nothing
+ * in c10/xpu matches SyncDebug), so a synchronising operator in a forward is caught only when it
+ * fails during capture. Copies are one gather kernel per node reading a table the entry owns,
+ * refreshed before each replay: a folded replay is two submissions (the table upload, the graph),
+ * whatever the number of tensors. */
 #include "gf_xpu_backend.h"
 #include "gf_xpu_level_zero.h"
 #ifdef GF_XPU_WITH_TORCH
@@ -25,9 +25,6 @@ static gf_xpu_ze gf_xpu_level_zero;
 
 #ifdef GF_XPU_WITH_TORCH
 
-/* torch's c10::DeviceType::XPU. */
-enum { GF_XPU_DEVICE_TYPE = 12 };
-
 /* SYCL records straight into Level Zero graphs when this is set (intel/llvm), and then the
  * device must report graph support. */
 static int gf_xpu_native_recording(void) {
@@ -37,7 +34,7 @@ static int gf_xpu_native_recording(void) {
 
 static int gf_xpu_backend_device_usable(const gf_xpu_ze *ze, int device_type, int device_index,
                                         char *why, size_t why_capacity) {
-  if (device_type != GF_XPU_DEVICE_TYPE) {
+  if (!gf_xpu_torch_is_xpu_device(device_type)) {
     snprintf(why, why_capacity, "the runner's device is not an XPU device");
     return 0;
   }
@@ -80,14 +77,6 @@ static int gf_xpu_outer_capture_active(void *context, void *state) {
   return gf_xpu_torch_outer_capture_active(runner->torch, runner->native_graphs);
 }
 
-/* No sync-debug mode exists for XPU: nothing to switch on or off. */
-static gf_status gf_xpu_sync_probe_noop(void *context, void *state, gf_error *err) {
-  (void)context;
-  (void)state;
-  (void)err;
-  return GF_OK;
-}
-
 static const gf_backend gf_xpu_backend = {
     .name = "xpu",
     .context = &gf_xpu_level_zero,
@@ -95,8 +84,7 @@ static const gf_backend gf_xpu_backend = {
     .runner_create = gf_xpu_runner_create,
     .runner_destroy = gf_xpu_runner_destroy,
     .outer_capture_active = gf_xpu_outer_capture_active,
-    .sync_probe_begin = gf_xpu_sync_probe_noop,
-    .sync_probe_end = gf_xpu_sync_probe_noop,
+    /* No sync-debug mode exists for XPU: sync_probe_begin/end keep the core's default. */
     .warmup_begin = gf_xpu_torch_side_stream_begin,
     .warmup_end = gf_xpu_torch_side_stream_end,
     .capture_begin = gf_xpu_torch_capture_begin,

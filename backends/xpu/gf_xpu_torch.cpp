@@ -120,6 +120,10 @@ gf_status side_stream_end(gf_xpu_torch_runner *runner, gf_error *err) {
 
 } // namespace
 
+extern "C" int gf_xpu_torch_is_xpu_device(int device_type) {
+  return device_type == static_cast<int>(c10::DeviceType::XPU);
+}
+
 extern "C" int gf_xpu_torch_graphs_supported(int device_index, char *why, size_t why_capacity) {
   try {
     if (!at::xpu::is_available()) {

@@ -31,6 +31,9 @@ typedef struct gf_xpu_runner {
   int native_graphs; /* SYCL records straight into Level Zero graphs */
 } gf_xpu_runner;
 
+/* 1 when device_type (a runner's, as in gf_tensor) is torch's c10::DeviceType::XPU. */
+int gf_xpu_torch_is_xpu_device(int device_type);
+
 /* torch's view: XPU available, the device exists, and its SYCL device has the graph aspect. */
 int gf_xpu_torch_graphs_supported(int device_index, char *why, size_t why_capacity);
 

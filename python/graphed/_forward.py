@@ -252,6 +252,7 @@ class GraphedForward:
         name: str = "graphed",
         enabled: bool = True,
         capture_context: Callable[[], contextlib.AbstractContextManager] | None = None,
+        backend: str | None = None,
     ) -> None:
         """Wraps `module` (any callable taking keyword arguments) for `device`.
 
@@ -259,7 +260,9 @@ class GraphedForward:
         warmup_iters forwards run before each first capture; `group` (a process group) makes
         capture outcomes agreed across its ranks; `name` appears in logs and stats; enabled=False
         runs every call eagerly; capture_context, if given, is entered around the forwards graphed
-        runs for probe, warm-up and capture."""
+        runs for probe, warm-up and capture. Advanced: `backend` names a registered backend for
+        this runner alone (a test plugin's "emulated"); None, the default, is the one chosen at
+        load (graphed.backend())."""
         _library.load_library()
         _check_reserved(module)
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
@@ -307,6 +310,7 @@ class GraphedForward:
             None,
             observer_op,
             group_name,
+            backend,
         )
         _runners[self._id] = self
         if group is not None:

@@ -32,7 +32,10 @@ class Runner:
         enabled: bool = True,
         group_agree_op: str | None = None,
         name: str = "runner",
+        backend: str | None = None,
     ) -> None:
+        """Advanced: `backend` names a registered backend for this runner alone (a test
+        plugin's "emulated"); None, the default, is the one chosen at load (graphed.backend())."""
         _library.load_library()
         self.forward_op = forward_op
         self.device = torch.device(device)
@@ -45,6 +48,9 @@ class Runner:
             warmup_iters,
             enabled,
             group_agree_op,
+            None,
+            None,
+            backend,
         )
         _fake.operator_runners[self._id] = forward_op
 

@@ -1,6 +1,7 @@
 // Tests of gf_runner_create and of the runner it gives: the checks of the tables it is given (a
-// backend that could capture must fill every device hook the protocol calls, and both folding
-// hooks or neither; a backend that refuses needs none), of the config and of the host, every
+// backend that could capture must fill every device hook that has no default, and both folding
+// hooks or neither; the optional ones left out get the core's defaults; a backend that refuses
+// needs none), of the config and of the host, every
 // refusal freeing the host's context exactly once; the ways a runner starts eager (enabled=False,
 // backend none, an unsupported device, a failing runner_create hook); and the checks of a call's
 // inputs, which are the caller's errors and leave the runner enabled.
@@ -11,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include <string>
@@ -81,6 +83,27 @@ TEST_F(RunnerCreate, ARefusingBackendNeedsNoDeviceHook) {
   EXPECT_EQ(std::string(gf_runner_disabled_reason(runner_)),
             "graphs unavailable (backend refusing): no such device");
   EXPECT_EQ(host_.destroyed, 0);
+}
+
+TEST_F(RunnerCreate, OptionalHooksLeftOutGetTheCoresDefaults) {
+  gf_backend table = backend_.table;
+  table.sync_probe_begin = nullptr;
+  table.sync_probe_end = nullptr;
+  table.warmup_begin = nullptr;
+  table.warmup_end = nullptr;
+  ASSERT_EQ(Create(&table), GF_OK) << err_.message;
+  Inputs inputs = MakeInputs(2, {3}, 1.0f);
+  CallExpectingCorrect(inputs); // captures and replays
+  const Events log = Log();
+  auto logged = [&log](const char *event) {
+    return std::find(log.begin(), log.end(), event) != log.end();
+  };
+  EXPECT_FALSE(logged("warmup_begin") || logged("probe_begin")) << "they were left out";
+  EXPECT_TRUE(logged("capture_end") && logged("launch"));
+  gf_runner_stats stats{};
+  gf_runner_get_stats(runner_, &stats);
+  EXPECT_EQ(stats.captures, 1u);
+  EXPECT_EQ(stats.enabled, 1);
 }
 
 TEST_F(RunnerCreate, ADisabledRunnerNeedsNoDeviceHook) {

@@ -1,5 +1,7 @@
 // Op-level tests: graphed::forward reached through c10::Dispatcher, as C++ code reaches it, with a
-// forward registered in C++. The plugin is loaded with dlopen, as torch.ops.load_library does.
+// forward registered in C++. The plugin is loaded with dlopen, as torch.ops.load_library does, and
+// then the test plugin (tests/plugin), whose emulated backend registers itself into the plugin's
+// exported registry from outside it; runners name it with create's `backend` argument.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
@@ -66,19 +68,24 @@ protected:
   static void SetUpTestSuite() {
     handle = dlopen(GRAPHED_LIBRARY_PATH, RTLD_NOW | RTLD_GLOBAL);
     ASSERT_NE(handle, nullptr) << dlerror();
+    testing_plugin = dlopen(GRAPHED_TESTING_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(testing_plugin, nullptr) << dlerror();
   }
-  void TearDown() override { use_backend("default"); }
 
   static c10::OperatorHandle op(const char *name) {
     return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
   }
 
-  static int64_t create(const std::string &forward, c10::Device device, int64_t max_entries = 4) {
-    static auto create_op =
-        op("graphed::create")
-            .typed<int64_t(c10::string_view, c10::string_view, c10::Device, int64_t, int64_t, bool,
-                           std::optional<c10::string_view>, std::optional<c10::string_view>)>();
-    return create_op.call("cpp", forward, device, max_entries, 1, true, std::nullopt, std::nullopt);
+  // A runner on `backend` (std::nullopt: the one chosen at load).
+  static int64_t create(const std::string &forward, c10::Device device,
+                        std::optional<c10::string_view> backend = std::nullopt,
+                        int64_t max_entries = 4) {
+    using Name = std::optional<c10::string_view>;
+    static auto create_op = op("graphed::create")
+                                .typed<int64_t(c10::string_view, c10::string_view, c10::Device,
+                                               int64_t, int64_t, bool, Name, Name, Name, Name)>();
+    return create_op.call("cpp", forward, device, max_entries, 1, true, std::nullopt, std::nullopt,
+                          std::nullopt, backend);
   }
 
   static std::vector<at::Tensor> forward(int64_t runner, const std::string &key,
@@ -97,20 +104,17 @@ protected:
     return stats_op.call(runner);
   }
 
-  static void use_backend(const char *name) {
-    static auto use_op = op("graphed::use_backend").typed<void(c10::string_view)>();
-    use_op.call(name);
-  }
-
   static void destroy(int64_t runner) {
     static auto destroy_op = op("graphed::destroy").typed<void(int64_t)>();
     destroy_op.call(runner);
   }
 
   static void *handle;
+  static void *testing_plugin;
 };
 
 void *ForwardOpTest::handle = nullptr;
+void *ForwardOpTest::testing_plugin = nullptr;
 
 enum Counter {
   kGraphs,
@@ -139,9 +143,8 @@ TEST_F(ForwardOpTest, CpuRunnerRunsEagerWithReason) {
 }
 
 TEST_F(ForwardOpTest, EmulatedBackendCapturesOnceAndReplaysPerKey) {
-  use_backend("emulated");
   const int before = forward_calls.load();
-  int64_t runner = create("graphed_cpp_test::fwd", c10::Device(c10::kCPU));
+  int64_t runner = create("graphed_cpp_test::fwd", c10::Device(c10::kCPU), "emulated");
   at::Tensor a = at::randn({4, 2});
   at::Tensor b = at::randn({4, 2});
   std::vector<at::Tensor> first = forward(runner, "k", {a, b});
@@ -163,8 +166,7 @@ TEST_F(ForwardOpTest, EmulatedBackendCapturesOnceAndReplaysPerKey) {
 }
 
 TEST_F(ForwardOpTest, FailingForwardSurfacesAsError) {
-  use_backend("emulated");
-  int64_t runner = create("graphed_cpp_test::failing", c10::Device(c10::kCPU));
+  int64_t runner = create("graphed_cpp_test::failing", c10::Device(c10::kCPU), "emulated");
   at::Tensor a = at::randn({2});
   // The capture fails, the runner is disabled, and the eager retry fails the same way.
   EXPECT_THROW(forward(runner, "k", {a, a}), c10::Error);
@@ -172,6 +174,26 @@ TEST_F(ForwardOpTest, FailingForwardSurfacesAsError) {
   EXPECT_EQ(counters[kEnabled], 0);
   EXPECT_NE(reason.find("deliberate failure"), std::string::npos) << reason;
   destroy(runner);
+}
+
+TEST_F(ForwardOpTest, ABackendNamedAtCreateIsThatRunnersAlone) {
+  int64_t emulated = create("graphed_cpp_test::fwd", c10::Device(c10::kCPU), "emulated");
+  int64_t chosen = create("graphed_cpp_test::fwd", c10::Device(c10::kCPU));
+  EXPECT_EQ(std::get<1>(stats(emulated)), "emulated");
+  EXPECT_NE(std::get<1>(stats(chosen)), "emulated") << "no switch: the next runner is the default";
+  destroy(emulated);
+  destroy(chosen);
+}
+
+TEST_F(ForwardOpTest, AnUnknownBackendNameIsAValueErrorNamingTheRegisteredOnes) {
+  try {
+    create("graphed_cpp_test::fwd", c10::Device(c10::kCPU), "no_such_backend");
+    FAIL() << "create accepted an unknown backend";
+  } catch (const c10::ValueError &e) {
+    const std::string message = e.what_without_backtrace();
+    EXPECT_NE(message.find("no backend named 'no_such_backend'"), std::string::npos) << message;
+    EXPECT_NE(message.find("emulated"), std::string::npos) << message;
+  }
 }
 
 TEST_F(ForwardOpTest, UnknownRunnerIsAValueError) {

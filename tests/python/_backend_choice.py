@@ -1,33 +1,81 @@
-"""Why this exists: the one way the Python tests give new runners another backend and go back.
+"""Why this exists: the one way the Python tests reach the emulated CPU backend.
 
-Tests that need a capturing runner on a machine without a GPU borrow the emulated CPU backend
-(or "emulated_fail_capture", whose captures fail) for the runners they create, then return to
-the load-time default. The `emulated_backend` fixture in conftest.py uses this, and so do the
-ranks test_agreement.py starts, which are plain processes without pytest fixtures.
+The emulated backend is no part of the product: it lives in the test plugin
+(libgraphed_testing.so, tests/plugin), built with the GoogleTest suites and never installed. Loading
+it after graphed registers "emulated" into graphed's backend registry; a runner gets it by naming it
+(`GraphedForward(..., backend=EMULATED)`, `graphed.Runner(..., backend=EMULATED)`), and
+`failing_captures()` makes its captures fail, as a synchronizing operator or a broken driver would.
+The `emulated_backend` fixture in conftest.py uses this, and so do the ranks the group tests start,
+which are plain processes without pytest fixtures.
+
+The plugin is found beside the graphed that was imported, in the build tree it was installed from
+(`cmake --install BUILD --prefix BUILD/site`: BUILD/tests/plugin, or one folder deeper), else in
+build/wheel, the build scripts/setup.sh packs the tested wheel from; GRAPHED_TESTING_PLUGIN, when
+set, names the file itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
-import graphed  # noqa: F401 - loads the library that defines torch.ops.graphed
-import torch
+import graphed
+from graphed import _library
 
-MISSING = "torch.ops.graphed.use_backend is missing: the library predates it"
+EMULATED = "emulated"
+
+_ROOT = Path(__file__).resolve().parents[2]
+_PLUGIN = "libgraphed_testing.so"
+_loaded: ctypes.CDLL | None = None
 
 
-def backend_choice_available() -> bool:
-    return hasattr(torch.ops.graphed, "use_backend")
+def _candidates() -> list[Path]:
+    if os.environ.get("GRAPHED_TESTING_PLUGIN"):
+        return [Path(os.environ["GRAPHED_TESTING_PLUGIN"])]
+    build = Path(graphed.__file__).resolve().parents[2]  # BUILD/site/graphed/__init__.py
+    near = [build / "tests" / "plugin" / _PLUGIN]
+    near += sorted(build.glob(f"*/tests/plugin/{_PLUGIN}"))
+    return [*near, _ROOT / "build" / "wheel" / "tests" / "plugin" / _PLUGIN]
+
+
+def plugin_missing_reason() -> str | None:
+    """None when the test plugin can be loaded, else a sentence saying where it was looked for."""
+    try:
+        load_emulated()
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+
+def load_emulated() -> str:
+    """Loads the test plugin once (after graphed's own library, whose registry it fills) and
+    returns the emulated backend's name. RuntimeError, naming where it looked, when it is not
+    built."""
+    global _loaded
+    if _loaded is None:
+        _library.load_library()
+        candidates = _candidates()
+        found = next((path for path in candidates if path.is_file()), None)
+        if found is None:
+            looked = ", ".join(str(path) for path in candidates)
+            raise RuntimeError(
+                f"the test plugin {_PLUGIN} is not built (configure with "
+                f"-DGRAPHED_BUILD_TESTS=ON); looked in: {looked}"
+            )
+        _loaded = ctypes.CDLL(str(found))
+    return EMULATED
 
 
 @contextlib.contextmanager
-def using_backend(name: str) -> Iterator[str]:
-    """Runners created inside the block get the backend `name`; after it, the load-time one."""
-    if not backend_choice_available():
-        raise RuntimeError(MISSING)
-    torch.ops.graphed.use_backend(name)
+def failing_captures() -> Iterator[None]:
+    """Every emulated capture inside the block fails ("emulated capture failure")."""
+    load_emulated()
+    assert _loaded is not None
+    _loaded.gf_emulated_fail_captures(1)
     try:
-        yield name
+        yield
     finally:
-        torch.ops.graphed.use_backend("default")
+        _loaded.gf_emulated_fail_captures(0)

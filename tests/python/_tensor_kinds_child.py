@@ -11,6 +11,7 @@ from collections import namedtuple
 
 import graphed
 import torch
+from _backend_choice import EMULATED, load_emulated
 from graphed import GraphedForward
 
 Pair = namedtuple("Pair", "first second")
@@ -59,12 +60,12 @@ def _doubling_runner() -> int:
     library.impl("double", lambda inputs: [inputs[0] * 2], "CompositeExplicitAutograd")
     main.library = library  # keeps the registration for the process
     return torch.ops.graphed.create(
-        "kinds", "graphed_kinds_test::double", torch.device("cpu"), 4, 1, True, None
+        "kinds", "graphed_kinds_test::double", torch.device("cpu"), 4, 1, True, backend=EMULATED
     )
 
 
 def main(kind: str) -> None:
-    torch.ops.graphed.use_backend("emulated")
+    load_emulated()
     op_runner = _doubling_runner()
     plain = torch.ones(2, 3)
     tensor = make(kind)
@@ -76,7 +77,7 @@ def main(kind: str) -> None:
     dense = dense and not tensor.is_quantized and not tensor.is_nested
 
     def fresh():
-        return GraphedForward(lambda *, x, pair=None: x, device="cpu")
+        return GraphedForward(lambda *, x, pair=None: x, device="cpu", backend=EMULATED)
 
     def entries():
         def fast(t):

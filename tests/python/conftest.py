@@ -1,8 +1,8 @@
 """Why this exists: what the Python test files share, so that none of them keeps its own copy.
 
-- `backend_choice` and `emulated_backend`: fixtures that give the runners a test creates the
-  emulated CPU backend (or, parametrised indirectly, another one such as "emulated_fail_capture")
-  and restore the load-time backend afterwards, whatever the test did.
+- `backend_choice` and `emulated_backend`: fixtures that load the test plugin's emulated CPU
+  backend (_backend_choice.py) and yield its name for the `backend=` of the runners a test
+  creates; parametrised indirectly with "failing", its captures fail during the test.
 - The repository's bench/ directory on sys.path, so that the GPU tests import the DiT model the
   demo and benchmarks run (bench/dit_model.py) instead of carrying a copy of it; the ranks that
   _ranks.py starts get it on their PYTHONPATH.
@@ -10,11 +10,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 
 import pytest
-from _backend_choice import MISSING, backend_choice_available, using_backend
+from _backend_choice import failing_captures, load_emulated, plugin_missing_reason
 from _ranks import BENCH_DIR
 
 if str(BENCH_DIR) not in sys.path:
@@ -22,16 +23,22 @@ if str(BENCH_DIR) not in sys.path:
 
 
 @pytest.fixture
-def backend_choice() -> None:
-    """Fails the test, instead of erroring obscurely, when the library cannot switch backends."""
-    if not backend_choice_available():
-        pytest.fail(MISSING)
+def backend_choice() -> str:
+    """Fails the test, instead of erroring obscurely, when the test plugin is not built; yields
+    the emulated backend's name (for tests whose ranks load the plugin themselves)."""
+    reason = plugin_missing_reason()
+    if reason is not None:
+        pytest.fail(reason)
+    return load_emulated()
 
 
 @pytest.fixture
-def emulated_backend(request: pytest.FixtureRequest, backend_choice: None) -> Iterator[str]:
-    """Runners created during the test use the emulated CPU backend, which captures on the CPU;
-    `@pytest.mark.parametrize("emulated_backend", [...], indirect=True)` picks another one.
-    Yields the backend's name."""
-    with using_backend(getattr(request, "param", "emulated")) as name:
-        yield name
+def emulated_backend(request: pytest.FixtureRequest, backend_choice: str) -> Iterator[str]:
+    """The emulated CPU backend's name, which captures on the CPU, for the `backend=` of the
+    runners the test creates; `@pytest.mark.parametrize("emulated_backend", ["failing"],
+    indirect=True)` makes its captures fail during the test."""
+    mode = getattr(request, "param", "capturing")
+    if mode not in ("capturing", "failing"):
+        raise ValueError(f"emulated_backend takes 'capturing' or 'failing', got {mode!r}")
+    with failing_captures() if mode == "failing" else contextlib.nullcontext():
+        yield backend_choice

@@ -3,10 +3,11 @@
 In tensor-parallel serving every rank runs the same forward; if one rank's capture fails and
 another's succeeds, the graphed rank would replay while the eager one runs collectives in a
 different order, and the job hangs. GraphedForward(group=...) therefore agrees on every capture
-with an all-reduce. These tests run two real processes: over gloo on the CPU with the emulated
-backend (one rank forced to fail its capture), and over NCCL on two GPUs (one rank's forward
-synchronizes, a real capture failure). Each child writes its stats to a JSON file that the
-parent checks; every wait has a timeout so a broken agreement fails instead of hanging CI.
+with an all-reduce. These tests run two real processes: over gloo on the CPU with the test
+plugin's emulated backend (one rank's captures made to fail by its fault switch), and over NCCL on
+two GPUs (one rank's forward synchronizes, a real capture failure). Each child writes its stats
+to a JSON file that the parent checks; every wait has a timeout so a broken agreement fails
+instead of hanging CI.
 
 Run as a script (`python test_agreement.py worker ...`), this file is the child.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 import graphed
 import pytest
 import torch
-from _backend_choice import using_backend
+from _backend_choice import failing_captures, load_emulated
 from _ranks import join_group, needs_two_gpus, reports_of, run_ranks, worker_arguments
 
 CHILD_TIMEOUT_S = 180
@@ -62,9 +63,10 @@ def _worker(rank: int, world_size: int, port: int, mode: str, plan: str, result_
     import torch.distributed as dist
 
     backends = plan.split(",")
-    backend_choice = contextlib.nullcontext()
+    backend, fault = None, contextlib.nullcontext()
     if mode == "gloo":
-        backend_choice = using_backend(backends[rank])
+        backend = load_emulated()
+        fault = failing_captures() if backends[rank] == "failing" else contextlib.nullcontext()
         device = torch.device("cpu")
         synchronize = False
     else:
@@ -74,20 +76,22 @@ def _worker(rank: int, world_size: int, port: int, mode: str, plan: str, result_
     join_group(mode, rank, world_size, port, GROUP_TIMEOUT_S)
     try:
         module = SmallForward(synchronize).to(device)
-        with backend_choice:
-            gf = graphed.GraphedForward(module, device=device, group=dist.group.WORLD, name="agree")
+        gf = graphed.GraphedForward(
+            module, device=device, group=dist.group.WORLD, name="agree", backend=backend
+        )
         calls = []
-        for seed in (10 + rank, 20 + rank):
-            request = _request(device, seed)
-            out = gf(**request)
-            with torch.no_grad():
-                expected = module(**request)
-            calls.append(
-                {
-                    "max_abs_error": (out - expected).abs().max().item(),
-                    "stats": gf.stats(),
-                }
-            )
+        with fault:
+            for seed in (10 + rank, 20 + rank):
+                request = _request(device, seed)
+                out = gf(**request)
+                with torch.no_grad():
+                    expected = module(**request)
+                calls.append(
+                    {
+                        "max_abs_error": (out - expected).abs().max().item(),
+                        "stats": gf.stats(),
+                    }
+                )
         dist.barrier()
         report = {"rank": rank, "calls": calls}
     finally:
@@ -126,17 +130,17 @@ def _check_both_disabled_at_the_first_call(reports: list[dict]) -> None:
 
 
 def test_gloo_capture_failure_on_one_rank_disables_both(tmp_path, backend_choice):
-    reports = _run_ranks(tmp_path, "gloo", ["emulated", "emulated_fail_capture"])
+    reports = _run_ranks(tmp_path, "gloo", ["capturing", "failing"])
     _check_both_disabled_at_the_first_call(reports)
     healthy, failing = reports
     assert healthy["calls"][0]["stats"]["backend"] == "emulated"
-    assert failing["calls"][0]["stats"]["backend"] == "emulated_fail_capture"
+    assert failing["calls"][0]["stats"]["backend"] == "emulated"
     assert "another rank" in healthy["calls"][0]["stats"]["disabled_reason"]
     assert "emulated capture failure" in failing["calls"][0]["stats"]["disabled_reason"]
 
 
 def test_gloo_ranks_that_both_capture_stay_enabled(tmp_path, backend_choice):
-    reports = _run_ranks(tmp_path, "gloo", ["emulated", "emulated"])
+    reports = _run_ranks(tmp_path, "gloo", ["capturing", "capturing"])
     for report in reports:
         first, second = (call["stats"] for call in report["calls"])
         assert first["enabled"] is True, report

@@ -76,13 +76,17 @@ def _step_arguments(runner: graphed.Runner) -> tuple:
 
 def test_opcheck_passes_on_a_runners_forward(emulated_backend):
     assert torch.Tag.pt2_compliant_tag in torch.ops.graphed.forward.default.tags
-    with graphed.Runner("graphed_compile_test::step", device="cpu") as runner:
+    with graphed.Runner(
+        "graphed_compile_test::step", device="cpu", backend=emulated_backend
+    ) as runner:
         results = torch.library.opcheck(torch.ops.graphed.forward.default, _step_arguments(runner))
     assert set(results.values()) == {"SUCCESS"}, results
 
 
 def test_fullgraph_compile_of_the_operator_path(emulated_backend):
-    with graphed.Runner("graphed_compile_test::step", device="cpu") as runner:
+    with graphed.Runner(
+        "graphed_compile_test::step", device="cpu", backend=emulated_backend
+    ) as runner:
         runner_id = runner.runner_id
 
         def model(x, y):
@@ -111,7 +115,7 @@ def test_tracing_a_runner_made_without_the_python_api_says_what_to_use(emulated_
 def test_graphed_over_a_compiled_module_captures_once_per_shape(emulated_backend):
     block = Block()
     compiled = torch.compile(block, backend="eager", dynamic=False, fullgraph=True)
-    gf = GraphedForward(compiled, device="cpu")
+    gf = GraphedForward(compiled, device="cpu", backend=emulated_backend)
     x = torch.randn(4, 8)
     with torch.no_grad():
         torch.testing.assert_close(gf(x=x), block(x=x), rtol=0, atol=0)  # the capturing call

@@ -40,13 +40,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
-def default_backend():
-    """Runners made by these tests get the load-time backend, whatever an earlier test chose."""
-    if hasattr(torch.ops.graphed, "use_backend"):
-        torch.ops.graphed.use_backend("default")
-
-
 class TinyMlp(torch.nn.Module):
     """A small keyword-only forward with parameters, a dict input and an optional tensor."""
 
@@ -195,7 +188,7 @@ def test_disable_keeps_calls_eager(module):
 
 def test_disable_of_a_capturing_runner_drops_its_graphs_and_runs_eager(module, emulated_backend):
     # The emulated backend captures on the CPU, so the runner starts enabled here.
-    gf = GraphedForward(module, device="cpu")
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend)
     kwargs = _inputs()
     with torch.no_grad():
         expected = module(**kwargs)
@@ -396,7 +389,7 @@ class SleepyScale(torch.nn.Module):
 
 @pytest.mark.parametrize("path", ["c_entry_point", "python_path"])
 def test_threads_sharing_a_runner_neither_deadlock_nor_mix_calls(path, emulated_backend):
-    gf = GraphedForward(SleepyScale(), device="cpu")
+    gf = GraphedForward(SleepyScale(), device="cpu", backend=emulated_backend)
     failures: list[str] = []
     calls = 10
 
@@ -431,7 +424,7 @@ def test_threads_sharing_a_runner_neither_deadlock_nor_mix_calls(path, emulated_
 
 
 def test_input_on_another_device_is_a_value_error_and_the_runner_stays_usable(emulated_backend):
-    gf = GraphedForward(SleepyScale(), device="cpu")
+    gf = GraphedForward(SleepyScale(), device="cpu", backend=emulated_backend)
     # A meta tensor (the one other device a CPU machine has) holds no data: both paths refuse it
     # with the same check before the core's device check (graphed::unsupported_tensor_reason).
     with pytest.raises(TypeError, match=r"kwargs\['x'\] is a meta tensor"):
@@ -443,9 +436,9 @@ def test_input_on_another_device_is_a_value_error_and_the_runner_stays_usable(em
     assert stats["captures"] == 1
 
 
-@pytest.mark.parametrize("emulated_backend", ["emulated_fail_capture"], indirect=True)
+@pytest.mark.parametrize("emulated_backend", ["failing"], indirect=True)
 def test_failed_capture_disables_the_runner_and_returns_the_eager_result(module, emulated_backend):
-    gf = GraphedForward(module, device="cpu")
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend)
     assert gf.stats()["enabled"] is True
     for call in range(1, 3):
         kwargs = _inputs()
@@ -486,7 +479,7 @@ def test_the_forwards_own_exception_keeps_its_type_runs_once_and_disables_nothin
             raise error_type("from the forward")
         return x * 2
 
-    gf = GraphedForward(forward, device="cpu")
+    gf = GraphedForward(forward, device="cpu", backend=emulated_backend)
     extra = {"pair": Pair(1, 2)} if path == "python" else {}
     with pytest.raises(error_type, match="from the forward"):
         gf(x=torch.ones(2), fail=True, **extra)
@@ -508,7 +501,7 @@ def test_a_capture_failure_reason_is_one_line_and_the_call_returns_the_eager_res
             raise RuntimeError("fails under capture only\nsecond line\n  traceback")
         return x + 1
 
-    gf = GraphedForward(forward, device="cpu")
+    gf = GraphedForward(forward, device="cpu", backend=emulated_backend)
     torch.testing.assert_close(gf(x=torch.ones(2)), torch.full((2,), 2.0))
     reason = gf.disabled_reason
     assert reason.startswith("capture failed") and "fails under capture only" in reason

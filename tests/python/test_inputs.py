@@ -112,7 +112,7 @@ def test_a_forward_that_replaces_the_callers_tensor_neither_frees_nor_changes_th
     emulated_backend,
 ):
     m = KVCache()
-    gf = GraphedForward(m, device="cpu", warmup_iters=3)
+    gf = GraphedForward(m, device="cpu", backend=emulated_backend, warmup_iters=3)
     x = torch.ones(4, 8)
     cache = m.cache
     expected = x + 3.0
@@ -134,7 +134,7 @@ def test_another_thread_replacing_the_callers_tensor_while_the_call_waits(emulat
             return x
         return x + cache["k"]
 
-    gf = GraphedForward(forward, device="cpu")
+    gf = GraphedForward(forward, device="cpu", backend=emulated_backend)
     holder = threading.Thread(target=lambda: gf(x=torch.zeros(2)))
     holder.start()
     started.wait(10)
@@ -158,7 +158,7 @@ def test_another_thread_replacing_the_callers_tensor_while_the_call_waits(emulat
 
 
 def test_an_int4_input_is_refused_and_other_keys_stay_graphed(emulated_backend):
-    gf = GraphedForward(lambda *, x: x, device="cpu")
+    gf = GraphedForward(lambda *, x: x, device="cpu", backend=emulated_backend)
     with pytest.raises(TypeError, match=r"kwargs\['x'\] has a sub-byte dtype"):
         gf(x=torch.empty(4, dtype=torch.int4))
     gf(x=torch.ones(2))
@@ -167,7 +167,7 @@ def test_an_int4_input_is_refused_and_other_keys_stay_graphed(emulated_backend):
 
 
 def test_keep_alive_with_thirteen_dimensions_is_a_value_error_naming_it(emulated_backend):
-    gf = GraphedForward(lambda *, x: x, device="cpu")
+    gf = GraphedForward(lambda *, x: x, device="cpu", backend=emulated_backend)
     with pytest.raises(ValueError, match=r"keep_alive\[0\] has 13 dimensions"):
         gf(x=torch.ones(2), keep_alive=torch.zeros([1] * 13))
     assert gf.stats()["enabled"]
@@ -177,7 +177,9 @@ def test_keep_alive_with_thirteen_dimensions_is_a_value_error_naming_it(emulated
 
 
 def test_output_templates_and_held_objects_stay_bounded(emulated_backend):
-    gf = GraphedForward(lambda *, x, n: x + n, device="cpu", max_entries=2)
+    gf = GraphedForward(
+        lambda *, x, n: x + n, device="cpu", backend=emulated_backend, max_entries=2
+    )
 
     class Held:
         pass

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from _backend_choice import EMULATED
 from graphed import GraphedForward
 
 METHODS = (
@@ -52,9 +53,9 @@ class Block(torch.nn.Module):
         return self.dropout(self.linear(x.to(self.linear.weight.dtype))) + self.offset
 
 
-def _captured(module: torch.nn.Module, device: str = "cpu") -> GraphedForward:
-    """A GraphedForward of `module` with one captured graph."""
-    gf = GraphedForward(module, device=device)
+def _captured(module: torch.nn.Module) -> GraphedForward:
+    """A GraphedForward of `module` on the emulated CPU backend with one captured graph."""
+    gf = GraphedForward(module, device="cpu", backend=EMULATED)
     gf(x=torch.ones(2, 4))
     return gf
 
@@ -161,7 +162,7 @@ def test_requires_grad_is_applied(emulated_backend):
 
 def test_the_usual_construction_chain_keeps_a_graphed(emulated_backend):
     module = Block().train()
-    gf = GraphedForward(module, device="cpu").eval().to(torch.float64)
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend).eval().to(torch.float64)
     assert isinstance(gf, GraphedForward)
     assert not module.training and module.linear.weight.dtype == torch.float64
     gf(x=torch.ones(2, 4))

@@ -24,7 +24,7 @@ def _messages(caplog, level):
 
 def test_a_capture_logs_one_info_line_with_time_and_memory(emulated_backend, caplog):
     caplog.set_level(logging.INFO, logger="graphed")
-    gf = GraphedForward(AddOne(), device="cpu", name="adder")
+    gf = GraphedForward(AddOne(), device="cpu", backend=emulated_backend, name="adder")
     x = torch.zeros(2, 3)
     gf(x=x)
     gf(x=x)
@@ -36,7 +36,9 @@ def test_a_capture_logs_one_info_line_with_time_and_memory(emulated_backend, cap
 
 def test_evictions_are_debug_and_churn_warns_once_naming_keys(emulated_backend, caplog):
     caplog.set_level(logging.DEBUG, logger="graphed")
-    gf = GraphedForward(AddOne(), device="cpu", name="churner", max_entries=1)
+    gf = GraphedForward(
+        AddOne(), device="cpu", backend=emulated_backend, name="churner", max_entries=1
+    )
     for rows in range(1, 9):
         gf(x=torch.zeros(rows))
     debugs = [m for m in _messages(caplog, logging.DEBUG) if "evicted" in m]
@@ -49,7 +51,7 @@ def test_evictions_are_debug_and_churn_warns_once_naming_keys(emulated_backend, 
 
 
 def test_a_disable_is_a_warning_record_and_one_runtime_warning(emulated_backend, caplog):
-    gf = GraphedForward(AddOne(), device="cpu", name="stopped")
+    gf = GraphedForward(AddOne(), device="cpu", backend=emulated_backend, name="stopped")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gf.disable("maintenance")
@@ -60,9 +62,9 @@ def test_a_disable_is_a_warning_record_and_one_runtime_warning(emulated_backend,
     assert [str(w.message) for w in runtime] == ["graphed: runner 'stopped': maintenance"]
 
 
-@pytest.mark.parametrize("emulated_backend", ["emulated_fail_capture"], indirect=True)
+@pytest.mark.parametrize("emulated_backend", ["failing"], indirect=True)
 def test_a_failed_capture_is_logged_and_warned_once(emulated_backend, caplog):
-    gf = GraphedForward(AddOne(), device="cpu", name="failing")
+    gf = GraphedForward(AddOne(), device="cpu", backend=emulated_backend, name="failing")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         x = torch.zeros(2)
@@ -78,7 +80,9 @@ def _graphed_said_once(message: str) -> bool:
 
 
 def test_a_core_warning_reads_graphed_once(emulated_backend, caplog):
-    gf = GraphedForward(AddOne(), device="cpu", name="pinned", max_entries=1)
+    gf = GraphedForward(
+        AddOne(), device="cpu", backend=emulated_backend, name="pinned", max_entries=1
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for rows in (1, 2):
@@ -93,9 +97,9 @@ def test_a_core_warning_reads_graphed_once(emulated_backend, caplog):
     assert runtime == [pinned[0]]
 
 
-@pytest.mark.parametrize("emulated_backend", ["emulated_fail_capture"], indirect=True)
+@pytest.mark.parametrize("emulated_backend", ["failing"], indirect=True)
 def test_a_failed_capture_reads_graphed_once(emulated_backend, caplog):
-    gf = GraphedForward(AddOne(), device="cpu", name="failing")
+    gf = GraphedForward(AddOne(), device="cpu", backend=emulated_backend, name="failing")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gf(x=torch.zeros(2))

@@ -54,7 +54,7 @@ def test_the_sync_probe_lets_the_forward_finish_then_fails_naming_the_line(
     emulated_backend, user_filter
 ):
     module = SaysItSynchronizes()
-    gf = GraphedForward(module, device="cpu", name="syncs")
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, name="syncs")
     x = torch.arange(4.0)
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter(user_filter)
@@ -104,8 +104,12 @@ class MeetsInItsProbe(torch.nn.Module):
 def test_probes_overlapping_on_two_threads_count_only_their_own_syncs(emulated_backend):
     barrier = threading.Barrier(2)
     runners = {
-        "syncs": GraphedForward(MeetsInItsProbe(barrier, True), device="cpu", name="syncs"),
-        "clean": GraphedForward(MeetsInItsProbe(barrier, False), device="cpu", name="clean"),
+        "syncs": GraphedForward(
+            MeetsInItsProbe(barrier, True), device="cpu", backend=emulated_backend, name="syncs"
+        ),
+        "clean": GraphedForward(
+            MeetsInItsProbe(barrier, False), device="cpu", backend=emulated_backend, name="clean"
+        ),
     }
     shown_before, filters_before = warnings.showwarning, list(warnings.filters)
     results, errors = {}, []

@@ -22,7 +22,9 @@ _library.impl("double", lambda inputs: [inputs[0] * 2], "CompositeExplicitAutogr
 
 
 def test_runner_captures_per_key_and_closes(emulated_backend):
-    with graphed.Runner("graphed_runner_api_test::double", device="cpu", name="doubler") as runner:
+    with graphed.Runner(
+        "graphed_runner_api_test::double", device="cpu", backend=emulated_backend, name="doubler"
+    ) as runner:
         x = torch.arange(4.0)
         (y,) = runner.forward("k", [x])
         torch.testing.assert_close(y, x * 2)
@@ -52,7 +54,9 @@ def test_forward_operator_releases_every_tensor_it_was_given_once(emulated_backe
     threads at once, or when the call fails. The capturing call's entry keeps every tensor alive
     too (keep_alive), so that a reference dropped twice would show as a lower count here rather
     than as a freed tensor."""
-    with graphed.Runner("graphed_runner_api_test::double", device="cpu") as runner:
+    with graphed.Runner(
+        "graphed_runner_api_test::double", device="cpu", backend=emulated_backend
+    ) as runner:
         inputs = [torch.arange(4.0) + i for i in range(3)]
         held = [torch.ones(2)]
         forward = torch.ops.graphed.forward

@@ -19,7 +19,6 @@ Run as a script (`python test_sequence_parallel.py worker ...`), this file is a 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import warnings
@@ -28,7 +27,7 @@ from pathlib import Path
 import graphed
 import pytest
 import torch
-from _backend_choice import using_backend
+from _backend_choice import load_emulated
 from _ranks import join_group, needs_two_gpus, reports_of, run_ranks, worker_arguments
 from sp_dit import SequenceParallelDiT, SPConfig, make_sp_inputs
 
@@ -108,9 +107,9 @@ def _run_case(name, fault, group, rank, world, config, on_gpu, backend) -> dict:
     torch.manual_seed(0)
     module = FaultyDiT(config, group, fault if rank == 1 else None, on_gpu)
     module = module.to(device=config.device, dtype=config.dtype).eval()
-    choice = using_backend(backend) if backend else contextlib.nullcontext()
-    with choice:
-        gf = graphed.GraphedForward(module, device=config.device, group=group, name=name)
+    gf = graphed.GraphedForward(
+        module, device=config.device, group=group, name=name, backend=backend
+    )
     rows = [config.rows] * (REPLAY_CALLS if fault is None else CALLS)
     if fault is None:
         rows += [2 * config.rows] * CALLS  # a new sequence length: a second capture on both
@@ -151,7 +150,7 @@ def _worker(rank, world, port, result_path, mode, cases) -> None:
     report = {"rank": rank, "cases": {}}
     try:
         for name in cases.split(","):
-            backend = None if on_gpu else "emulated"
+            backend = None if on_gpu else load_emulated()
             report["cases"][name] = _run_case(
                 name, faults[name], dist.group.WORLD, rank, world, config, on_gpu, backend
             )

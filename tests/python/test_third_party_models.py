@@ -180,9 +180,9 @@ def _assert_same_output(got, want, *, values: bool) -> None:
             assert (got[key].shape, got[key].dtype) == (expected.shape, expected.dtype), key
 
 
-def _run_against_eager(case: Case, device: str, *, replays_compute: bool):
+def _run_against_eager(case: Case, device: str, *, replays_compute: bool, backend=None):
     model = _build(case, device)
-    gf = GraphedForward(model, device=device)
+    gf = GraphedForward(model, device=device, backend=backend)
     generator = torch.Generator(device=device).manual_seed(1)
     for call in range(CALLS):
         kwargs = case.inputs(model, device, generator)
@@ -195,7 +195,7 @@ def _run_against_eager(case: Case, device: str, *, replays_compute: bool):
 
 
 def test_model_output_is_captured_once_and_replayed_on_the_emulated_backend(case, emulated_backend):
-    _run_against_eager(case, "cpu", replays_compute=False)
+    _run_against_eager(case, "cpu", replays_compute=False, backend=emulated_backend)
 
 
 @pytest.mark.gpu

@@ -244,12 +244,12 @@ def test_nested_calls_put_the_outer_call_state_back(outer_path, inner_path):
     assert gf._call_state.tree is None and inner_gf._call_state.tree is None
 
 
-def test_captured_plain_call_replays_with_the_c_templates():
-    torch.ops.graphed.use_backend("emulated")
-    try:
-        gf = GraphedForward(lambda *, x, cfg: {"y": (x * cfg["k"],), "k": cfg["k"]}, device="cpu")
-    finally:
-        torch.ops.graphed.use_backend("default")
+def test_captured_plain_call_replays_with_the_c_templates(emulated_backend):
+    gf = GraphedForward(
+        lambda *, x, cfg: {"y": (x * cfg["k"],), "k": cfg["k"]},
+        device="cpu",
+        backend=emulated_backend,
+    )
     x = torch.randn(2, 2)
     first = gf(x=x, cfg={"k": 2})
     torch.testing.assert_close(first["y"][0], x * 2, rtol=0, atol=0)
@@ -279,7 +279,7 @@ def test_a_forward_calling_its_own_graphed_forward_runs_the_inner_call_eager(
             return again + 1
 
     m = SelfCalling()
-    gf = GraphedForward(m, device="cpu")
+    gf = GraphedForward(m, device="cpu", backend=emulated_backend)
     x = torch.ones(2)
     out = gf(x=x, pair=Pair(1, 2)) if outer == "python" else gf(x=x)
     torch.testing.assert_close(out, x * 3 + 1)
@@ -288,7 +288,9 @@ def test_a_forward_calling_its_own_graphed_forward_runs_the_inner_call_eager(
 @pytest.mark.parametrize("path", ["fast", "python"])
 @pytest.mark.parametrize("order", [(2, 3), (3, 2)])
 def test_output_structure_that_depends_on_a_shape(emulated_backend, order, path):
-    gf = GraphedForward(lambda *, x, pair=None: list(x.unbind(0)), device="cpu")
+    gf = GraphedForward(
+        lambda *, x, pair=None: list(x.unbind(0)), device="cpu", backend=emulated_backend
+    )
     extra = {"pair": Pair(1, 2)} if path == "python" else {}
     for batch in order + order:
         out = gf(x=torch.ones(batch, 3), **extra)
@@ -296,7 +298,9 @@ def test_output_structure_that_depends_on_a_shape(emulated_backend, order, path)
 
 
 def test_reset_racing_calls_never_leaves_a_key_without_its_template(emulated_backend):
-    gf = GraphedForward(lambda *, x: {"y": x + 1}, device="cpu", max_entries=64)
+    gf = GraphedForward(
+        lambda *, x: {"y": x + 1}, device="cpu", backend=emulated_backend, max_entries=64
+    )
     errors = []
     stop = threading.Event()
 
@@ -323,7 +327,7 @@ def test_reset_racing_calls_never_leaves_a_key_without_its_template(emulated_bac
 
 
 def test_lone_surrogate_strings_key_instead_of_raising(emulated_backend):
-    gf = GraphedForward(lambda *, x, tag: x, device="cpu")
+    gf = GraphedForward(lambda *, x, tag: x, device="cpu", backend=emulated_backend)
     gf(x=torch.ones(2), tag="\ud800")
     gf(x=torch.ones(2), tag="\ud801")
     gf(x=torch.ones(2), tag="\ud800")
@@ -331,7 +335,9 @@ def test_lone_surrogate_strings_key_instead_of_raising(emulated_backend):
 
 
 def test_numpy_arrays_whose_reprs_agree_get_their_own_keys(emulated_backend):
-    gf = GraphedForward(lambda *, x, table: x + float(table.sum()), device="cpu")
+    gf = GraphedForward(
+        lambda *, x, table: x + float(table.sum()), device="cpu", backend=emulated_backend
+    )
     first = np.zeros(5000)
     second = np.zeros(5000)
     second[2500] = 1.0  # repr elides the middle: both print the same
@@ -348,7 +354,7 @@ def test_dataclass_fields_hidden_from_repr_are_keyed(emulated_backend):
         name: str
         scale: float = dataclasses.field(repr=False)
 
-    gf = GraphedForward(lambda *, x, cfg: x * cfg.scale, device="cpu")
+    gf = GraphedForward(lambda *, x, cfg: x * cfg.scale, device="cpu", backend=emulated_backend)
     gf(x=torch.ones(2), cfg=Config("a", 2.0))
     out = gf(x=torch.ones(2), cfg=Config("a", 3.0))
     torch.testing.assert_close(out, torch.full((2,), 3.0), rtol=0, atol=0)

@@ -1,11 +1,27 @@
-/* The emulated backend (see gf_emulated_backend.h). */
+/* The emulated backend and the test plugin's registration (see gf_emulated_backend.h). Only the
+ * hooks a host-memory device needs are filled; the optional begin/end hooks keep the core's
+ * defaults (gf_backend.h). */
 #include "gf_emulated_backend.h"
 
+#include "gf_backend.h"
+#include "gf_backend_registry.h"
+
+#include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#if defined(__GNUC__)
+#define GF_EMULATED_EXPORT __attribute__((visibility("default")))
+#else
+#define GF_EMULATED_EXPORT
+#endif
+
 static int gf_emulated_token;
+static atomic_int gf_emulated_failing;
+
+GF_EMULATED_EXPORT void gf_emulated_fail_captures(int fail) {
+  atomic_store(&gf_emulated_failing, fail != 0);
+}
 
 static int gf_emulated_graphs_supported(void *context, int device_type, int device_index, char *why,
                                         size_t why_capacity) {
@@ -17,18 +33,12 @@ static int gf_emulated_graphs_supported(void *context, int device_type, int devi
   return 1;
 }
 
-static gf_status gf_emulated_nothing(void *context, void *state, gf_error *err) {
-  (void)context;
-  (void)state;
-  (void)err;
-  return GF_OK;
-}
-
 static gf_status gf_emulated_capture_end(void *context, void *state, int ok, void **graph,
                                          gf_error *err) {
+  (void)context;
   (void)state;
   *graph = NULL;
-  if (context != NULL) {
+  if (atomic_load(&gf_emulated_failing)) {
     return gf_error_set(err, GF_ERR_CAPTURE, "graphed: emulated capture failure");
   }
   if (ok) {
@@ -85,36 +95,28 @@ static gf_status gf_emulated_launch(void *context, void *state, void *graph, gf_
   return GF_OK;
 }
 
-#define GF_EMULATED_BACKEND(variable, backend_name, failing_context)                               \
-  static const gf_backend variable = {                                                             \
-      .name = backend_name,                                                                        \
-      .context = failing_context,                                                                  \
-      .graphs_supported = gf_emulated_graphs_supported,                                            \
-      .sync_probe_begin = gf_emulated_nothing,                                                     \
-      .sync_probe_end = gf_emulated_nothing,                                                       \
-      .warmup_begin = gf_emulated_nothing,                                                         \
-      .warmup_end = gf_emulated_nothing,                                                           \
-      .capture_begin = gf_emulated_nothing,                                                        \
-      .capture_end = gf_emulated_capture_end,                                                      \
-      .copy_batch = gf_emulated_copy_batch,                                                        \
-      .launch = gf_emulated_launch,                                                                \
-      .capture_copy_node = gf_emulated_capture_copy_node,                                          \
-      .launch_folded = gf_emulated_launch_folded,                                                  \
-  }
+static const gf_backend gf_emulated_backend = {
+    .name = "emulated",
+    .graphs_supported = gf_emulated_graphs_supported,
+    .capture_end = gf_emulated_capture_end,
+    .copy_batch = gf_emulated_copy_batch,
+    .launch = gf_emulated_launch,
+    .capture_copy_node = gf_emulated_capture_copy_node,
+    .launch_folded = gf_emulated_launch_folded,
+};
 
-/* The failing variant is told apart by a non-NULL context. */
-static int gf_emulated_failing_marker;
-GF_EMULATED_BACKEND(gf_emulated_ok, "emulated", NULL);
-GF_EMULATED_BACKEND(gf_emulated_failing, "emulated_fail_capture", &gf_emulated_failing_marker);
-
-const gf_backend *gf_emulated_backend_probe(char *why, size_t why_capacity) {
+static const gf_backend *gf_emulated_backend_probe(char *why, size_t why_capacity) {
   (void)why;
   (void)why_capacity;
-  return &gf_emulated_ok;
+  return &gf_emulated_backend;
 }
 
-const gf_backend *gf_emulated_failing_backend_probe(char *why, size_t why_capacity) {
-  (void)why;
-  (void)why_capacity;
-  return &gf_emulated_failing;
+/* Runs when the plugin is loaded: the registry and gf_backend_register are the product library's
+ * own, reached through its exported symbols, so this is a backend registered from outside it. */
+__attribute__((constructor)) static void gf_emulated_register_at_load(void) {
+  gf_error err = {0};
+  if (gf_backend_register("emulated", GF_BACKEND_BY_NAME_ONLY, gf_emulated_backend_probe, &err) !=
+      GF_OK) {
+    fprintf(stderr, "graphed testing plugin: %s\n", err.message);
+  }
 }
