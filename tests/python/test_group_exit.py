@@ -5,7 +5,7 @@ without an active exception"): a gloo thread released the agreement's tensor, wh
 object shared, after the interpreter had begun to exit.
 
 Aborts at exit are rare and timing-bound, so the test runs many two-rank runs, each rank a process
-of its own started as a script is (this file run as `python test_group_exit.py rank RANK PORT
+of its own started as a script is (this file run as `python test_group_exit.py rank RANK STORE
 MODE`; ranks forked from one process never showed the abort): it joins a gloo group, calls its
 GraphedForward twice (one capture, agreed across the ranks, and replays), meets the other rank at
 a barrier, then either destroys the group and exits or just exits, holding the GraphedForward at
@@ -17,9 +17,9 @@ from __future__ import annotations
 import datetime
 import os
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ import pytest
 # test is the exit order, which the plain suite proves.
 pytestmark = pytest.mark.many_processes
 
+HERE = Path(__file__).resolve()
 ROUND_TIMEOUT_S = 60
 RUNS = 200
 PARALLEL_RUNS = 2
@@ -36,13 +37,7 @@ PARALLEL_RUNS = 2
 _alive_at_exit: list = []
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _rank(rank: int, port: int, mode: str) -> None:
+def _rank(rank: int, store: str, mode: str) -> None:
     """One rank of one run; returns to exit through the interpreter."""
     import graphed
     import torch
@@ -51,7 +46,7 @@ def _rank(rank: int, port: int, mode: str) -> None:
 
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=f"file://{store}",
         rank=rank,
         world_size=2,
         timeout=datetime.timedelta(seconds=ROUND_TIMEOUT_S),
@@ -82,30 +77,39 @@ def _rank(rank: int, port: int, mode: str) -> None:
 def _run_pairs(runs: int, mode: str) -> list[dict]:
     """Runs `runs` two-rank runs, PARALLEL_RUNS at a time; returns each failed rank's exit code
     and the tail of its output."""
-    here = Path(__file__).resolve()
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(here.parent), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
     failures: list[dict] = []
-    for first in range(0, runs, PARALLEL_RUNS):
-        started = []
-        for run in range(first, min(first + PARALLEL_RUNS, runs)):
-            port = _free_port()
-            for rank in (0, 1):
-                command = [sys.executable, str(here), "rank", str(rank), str(port), mode]
-                process = subprocess.Popen(
-                    command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-                )
-                started.append((run, rank, process))
-        for run, rank, process in started:
-            try:
-                output, _ = process.communicate(timeout=ROUND_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                output, _ = process.communicate()
-            if process.returncode != 0:
-                failures.append(
-                    {"run": run, "rank": rank, "code": process.returncode, "tail": output[-600:]}
-                )
+    with tempfile.TemporaryDirectory(prefix="graphed-exit-") as stores:
+        for first in range(0, runs, PARALLEL_RUNS):
+            batch = range(first, min(first + PARALLEL_RUNS, runs))
+            failures += _run_batch(batch, mode, stores, env)
+    return failures
+
+
+def _run_batch(runs: range, mode: str, stores: str, env: dict) -> list[dict]:
+    """Starts both ranks of each run at once, each run rendezvousing through a file store of its
+    own (no port to race the other runs for); waits for all; returns the failed ranks."""
+    started = []
+    for run in runs:
+        store = os.path.join(stores, f"run{run}")
+        for rank in (0, 1):
+            command = [sys.executable, str(HERE), "rank", str(rank), store, mode]
+            process = subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            started.append((run, rank, process))
+    failures = []
+    for run, rank, process in started:
+        try:
+            output, _ = process.communicate(timeout=ROUND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output, _ = process.communicate()
+        if process.returncode != 0:
+            failures.append(
+                {"run": run, "rank": rank, "code": process.returncode, "tail": output[-600:]}
+            )
     return failures
 
 
@@ -126,4 +130,4 @@ def test_ranks_that_exit_without_destroying_their_group_exit_cleanly():
 
 
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "rank":
-    _rank(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    _rank(int(sys.argv[2]), sys.argv[3], sys.argv[4])
