@@ -31,6 +31,8 @@ typedef struct gf_entry {
   size_t *mutated_inputs; /* indices of the inputs the forward writes in place, ascending */
   size_t mutated_count;   /* replays write those back to the caller's tensors */
   int64_t device_bytes;   /* device memory the capture took (-1: unknown) */
+  void *user; /* the host's own data for the entry (NULL: none), released with the entry through
+               * gf_host.release_user; the CPython entry keeps the entry's output template here */
   struct gf_entry *lru_newer;
   struct gf_entry *lru_older;
   struct gf_entry *bucket_next;
@@ -83,7 +85,7 @@ void gf_cache_destroy(gf_cache *cache);
 /* A zeroed entry holding a copy of sig. */
 gf_entry *gf_entry_create(const gf_signature *sig, int pinned, gf_error *err);
 
-/* Frees the entry's own storage (its pools must already be released). */
+/* Frees the entry's own storage (its pools and user data must already be released). */
 void gf_entry_destroy(gf_entry *entry);
 
 #ifdef __cplusplus

@@ -61,6 +61,10 @@ typedef struct gf_host {
   int (*agree)(void *context, int ok);
   void (*release)(void *context, void *handle);
   void (*warn)(void *context, const char *message);
+  /* Optional: releases an entry's user data (gf_entry.user, set by the caller through
+   * gf_call_options.entry_user) when the entry goes: evicted, dropped by reset or disable, or
+   * with the runner. Without it user data is never released. */
+  void (*release_user)(void *context, void *user);
   /* Optional: told of captures, evictions, churn and the disable (see gf_event). */
   void (*notify)(void *context, const gf_event *event);
   /* Called when the runner is destroyed: frees context. May be NULL. */

@@ -26,6 +26,10 @@ void gf_runner_release_entry(void *context, gf_entry *entry) {
   runner->pool_bytes -= gf_pool_release(&entry->static_inputs, gf_runner_release_handle, runner);
   runner->pool_bytes -= gf_pool_release(&entry->static_outputs, gf_runner_release_handle, runner);
   gf_pool_release(&entry->keep_alive, gf_runner_release_handle, runner);
+  if (entry->user != NULL && runner->host.release_user != NULL) {
+    runner->host.release_user(runner->host.context, entry->user);
+  }
+  entry->user = NULL;
 }
 
 static void gf_runner_set_disabled(gf_runner *runner, const char *reason) {
@@ -244,9 +248,12 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
                          const gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
                          size_t keep_alive_count, const gf_call_options *options, gf_pool *results,
                          gf_error *err) {
-  static const gf_call_options defaults = {0, 0, NULL};
+  static const gf_call_options defaults = {0, 0, NULL, NULL};
   if (options == NULL) {
     options = &defaults;
+  }
+  if (options->entry_user != NULL) {
+    *options->entry_user = NULL; /* until a replay serves the call (gf_replay.c) */
   }
   const size_t results_before = results->count;
   if (!runner->enabled) {

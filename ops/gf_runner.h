@@ -51,6 +51,12 @@ typedef struct gf_call_options {
    * replay writes such inputs back into the caller's tensors itself; a caller that passed a
    * temporary copy of a tensor (a contiguous copy of a strided view) copies it back. */
   unsigned char *mutated_inputs;
+  /* NULL, or where the call stores the user slot (gf_entry.user) of the entry that served it: a
+   * hit, or the entry this call captured (whose slot is NULL until the caller fills it); NULL when
+   * the call ran eager. The slot stays the entry's: the caller may read and fill it until it lets
+   * go of the runner (the shim's runner lock); the core releases what it holds through
+   * gf_host.release_user when the entry goes. */
+  void ***entry_user;
 } gf_call_options;
 
 /* Makes a runner on backend (NULL: the one chosen at load). The runner takes host.context and

@@ -15,23 +15,22 @@ extern "C" {
 /* tree: the kwargs dict of a fast-path call (the walker's tree; never read again: the forward's
  *   kwargs are decoded from `key`), the TreeSpec of a Python-path call, or None outside a call.
  * key: bytes, the key of the call in flight (b"" outside a call).
- * shapes: bytes, the dtype, device and shape of each input of the call in flight (b"" outside).
  * held: the non-tensor keep_alive objects of the call in flight (a tuple).
  * error: the exception the forward raised during the call in flight, or None.
- * templates: dict, key bytes -> {shapes bytes -> (output template, held)} (see gf_fastcall.c).
+ * recorded: the output template the forward recorded last in the call in flight (NULL before
+ *   it ran): the template of an eager call, and the one a capture leaves in its entry.
  * rebuild: callable(template, outputs) for templates that are not plain.
  * last_key: bytes, the key of the latest fast-path call (NULL before one), reused by the next
- *   call whose walk gives the same bytes: its hash is cached (see gf_fastcall.c). */
+ *   call whose walk gives the same bytes (see gf_fastcall.c). */
 typedef struct gf_call_state {
   // clang-format off
   PyObject_HEAD
   PyObject *tree;
   // clang-format on
   PyObject *key;
-  PyObject *shapes;
   PyObject *held;
   PyObject *error;
-  PyObject *templates;
+  PyObject *recorded;
   PyObject *rebuild;
   PyObject *last_key;
 } gf_call_state;

@@ -19,18 +19,18 @@
  * entries set while they hold the runner's lock (pyext/gf_fastcall_torch.cpp):
  *   tree       the kwargs dict (`call`) or TreeSpec (`call_flat`) of the call in flight, or None
  *   key        the key of that call, as bytes
- *   shapes     the dtype, device and shape of each of its inputs, as bytes (gf_walk_shapes)
  *   held       its non-tensor keep_alive objects (a tuple)
  *   error      the exception its forward raised, recorded by the forward operator, or None
- *   templates  dict: key bytes -> {shapes bytes -> (output template, held)}, recorded by the
- *              forward operator: a 1-tuple template (the result with PLACEHOLDER in each tensor
- *              slot) for a plain result, which this module rebuilds, or anything else, rebuilt
- *              by calling
+ *   recorded   the output template the forward operator recorded last in that call
+ *              (record_template): a 1-tuple (the result with PLACEHOLDER in each tensor slot) for
+ *              a plain result, which this module rebuilds, or anything else, rebuilt by calling
  *   rebuild    (given to the constructor) rebuild(template, outputs).
- * Templates are keyed by the whole signature (key and shapes), as the core keys its graphs, so an
- * output whose structure depends on a shape (x.unbind(0)) gets one template per shape; they go
- * with the graphs: reset clears both under the runner's lock, and `prune` drops the templates of
- * entries the cache no longer holds.
+ * Each cache entry owns its output template: after a call that captured, the entry point stores
+ * what the capture's forward recorded (with the call's held objects) in the entry's user slot
+ * (gf_call_options.entry_user), a hit reads it back, and the core releases it with the entry
+ * (evicted, reset, disabled, destroyed). An eager call uses the template its own forward recorded.
+ * The entry is keyed by the whole signature (key and input shapes), so an output whose structure
+ * depends on a shape (x.unbind(0)) gets one template per shape.
  *
  * The fast path holds a strong reference to each input tensor object for the whole call (the
  * walk's `objects`), and a forward the core runs gets kwargs decoded from the key bytes, never
@@ -95,13 +95,10 @@ static PyObject *gf_call_state_new(PyTypeObject *type, PyObject *args, PyObject 
   }
   state->tree = Py_NewRef(Py_None);
   state->key = PyBytes_FromStringAndSize(NULL, 0);
-  state->shapes = PyBytes_FromStringAndSize(NULL, 0);
   state->held = PyTuple_New(0);
   state->error = Py_NewRef(Py_None);
-  state->templates = PyDict_New();
   state->rebuild = Py_NewRef(rebuild);
-  if (state->key == NULL || state->shapes == NULL || state->held == NULL ||
-      state->templates == NULL) {
+  if (state->key == NULL || state->held == NULL) {
     Py_DECREF(state);
     return NULL;
   }
@@ -111,10 +108,9 @@ static PyObject *gf_call_state_new(PyTypeObject *type, PyObject *args, PyObject 
 static int gf_call_state_traverse(gf_call_state *state, visitproc visit, void *arg) {
   Py_VISIT(state->tree);
   Py_VISIT(state->key);
-  Py_VISIT(state->shapes);
   Py_VISIT(state->held);
   Py_VISIT(state->error);
-  Py_VISIT(state->templates);
+  Py_VISIT(state->recorded);
   Py_VISIT(state->rebuild);
   Py_VISIT(state->last_key);
   return 0;
@@ -123,10 +119,9 @@ static int gf_call_state_traverse(gf_call_state *state, visitproc visit, void *a
 static int gf_call_state_clear(gf_call_state *state) {
   Py_CLEAR(state->tree);
   Py_CLEAR(state->key);
-  Py_CLEAR(state->shapes);
   Py_CLEAR(state->held);
   Py_CLEAR(state->error);
-  Py_CLEAR(state->templates);
+  Py_CLEAR(state->recorded);
   Py_CLEAR(state->rebuild);
   Py_CLEAR(state->last_key);
   return 0;
@@ -143,44 +138,51 @@ static PyMemberDef gf_call_state_members[] = {
      "the kwargs dict or TreeSpec of the call in flight, or None"},
     {"key", T_OBJECT, offsetof(gf_call_state, key), READONLY,
      "the key of the call in flight, as bytes"},
-    {"shapes", T_OBJECT, offsetof(gf_call_state, shapes), READONLY,
-     "the dtype, device and shape of each input of the call in flight, as bytes"},
     {"held", T_OBJECT, offsetof(gf_call_state, held), READONLY,
      "the non-tensor keep_alive objects of the call in flight"},
     {"error", T_OBJECT, offsetof(gf_call_state, error), READONLY,
      "the exception the forward raised during the call in flight, or None"},
-    {"templates", T_OBJECT, offsetof(gf_call_state, templates), READONLY,
-     "dict: key bytes -> {shapes bytes -> (output template, held)}"},
     {NULL, 0, 0, 0, NULL},
 };
 
-/* record_error(exception): the forward's exception, handed to the caller of the call in flight
- * (outside a call it is ignored). */
-static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *error) {
+/* record_error(exception, own): the forward's exception, handed to the caller of the call in
+ * flight (outside a call it is not kept). `own` (true for an error of the forward's own rather than
+ * a failure of the capture) also marks the thread, so that the host reports GF_ERR_FORWARD and the
+ * core decides whose error it is (see gf_shim_host.h). */
+static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *const *args,
+                                            Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "CallState.record_error(exception, own)");
+    return NULL;
+  }
+  int own = PyObject_IsTrue(args[1]);
+  if (own < 0) {
+    return NULL;
+  }
   if (state->tree != Py_None && state->error != NULL) {
-    Py_SETREF(state->error, Py_NewRef(error));
+    Py_SETREF(state->error, Py_NewRef(args[0]));
+  }
+  if (own) {
+    gf_fastcall_torch_mark_forward_error();
   }
   Py_RETURN_NONE;
 }
 
-/* set_shapes(bytes): the input shapes of the call in flight, when its entry point left them to be
- * computed by the forward that needs them (see gf_shapes_if_needed). */
-static PyObject *gf_call_state_set_shapes(gf_call_state *state, PyObject *shapes) {
-  if (!PyBytes_CheckExact(shapes)) {
-    PyErr_SetString(PyExc_TypeError, "CallState.set_shapes(bytes)");
-    return NULL;
-  }
-  if (state->shapes != NULL) {
-    Py_SETREF(state->shapes, Py_NewRef(shapes));
+/* record_template(template): the output template of the forward's latest run in the call in
+ * flight (outside a call it is not kept). */
+static PyObject *gf_call_state_record_template(gf_call_state *state, PyObject *template) {
+  if (state->tree != Py_None) {
+    Py_XSETREF(state->recorded, Py_NewRef(template));
   }
   Py_RETURN_NONE;
 }
 
 static PyMethodDef gf_call_state_methods[] = {
-    {"record_error", (PyCFunction)gf_call_state_record_error, METH_O,
-     "record_error(exception): the forward's exception, re-raised to the caller of the call"},
-    {"set_shapes", (PyCFunction)gf_call_state_set_shapes, METH_O,
-     "set_shapes(bytes): the input shapes of the call in flight, computed by its forward"},
+    {"record_error", (PyCFunction)(void (*)(void))gf_call_state_record_error, METH_FASTCALL,
+     "record_error(exception, own): the forward's exception, re-raised to the caller of the "
+     "call; own: it is the forward's own error (marks the thread)"},
+    {"record_template", (PyCFunction)gf_call_state_record_template, METH_O,
+     "record_template(template): the output template of the forward's latest run in the call"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -199,29 +201,13 @@ static PyTypeObject gf_call_state_type = {
 
 /* -- outputs ----------------------------------------------------------------------------- */
 
-/* The output of a call from its recorded template. */
-static PyObject *gf_outputs_of_call(gf_call_state *state, PyObject *key, PyObject *shapes,
-                                    PyObject *outputs) {
-  PyObject *by_shapes = PyDict_GetItemWithError(state->templates, key);
-  PyObject *entry = NULL;
-  if (by_shapes != NULL && PyDict_CheckExact(by_shapes)) {
-    Py_ssize_t position = 0;
-    PyObject *only_shapes = NULL;
-    if (shapes == Py_None && PyDict_GET_SIZE(by_shapes) == 1) {
-      PyDict_Next(by_shapes, &position, &only_shapes, &entry); /* the key's one template */
-    } else {
-      entry = PyDict_GetItemWithError(by_shapes, shapes);
-    }
-  }
-  if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
-    if (!PyErr_Occurred()) {
-      PyErr_SetString(PyExc_RuntimeError,
-                      "graphed: no output template for this call (a graph outlived its template; "
-                      "please report this; reset() recovers)");
-    }
+/* The output of a call from its template (see gf_call_in_flight.output_template). */
+static PyObject *gf_outputs_of_call(gf_call_state *state, PyObject *template, PyObject *outputs) {
+  if (template == NULL) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "graphed: the call has no output template: its forward recorded none");
     return NULL;
   }
-  PyObject *template = PyTuple_GET_ITEM(entry, 0);
   if (PyTuple_CheckExact(template) && PyTuple_GET_SIZE(template) == 1) {
     return gf_walk_rebuild(PyTuple_GET_ITEM(template, 0), gf_placeholder, outputs);
   }
@@ -282,28 +268,13 @@ static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_i
   } else if (status != GF_OK) {
     gf_fastcall_torch_raise(status, err);
   } else {
-    rebuilt = gf_outputs_of_call(call->state, call->key, call->shapes, outputs);
+    rebuilt = gf_outputs_of_call(call->state, call->output_template, outputs);
   }
   Py_XDECREF(outputs);
   Py_XDECREF(call->error);
+  Py_XDECREF(call->output_template);
   Py_DECREF(call->key);
-  Py_XDECREF(call->shapes);
   return rebuilt;
-}
-
-/* The shapes bytes of the call's inputs, or None when they are not needed: the key has exactly
- * one output template, which is then the call's (a hit replays an entry whose template was kept,
- * and a forward that records another for new shapes makes two). Building and hashing the shapes
- * on every hit was a per-tensor host cost (about 0.7 us a call at 64 inputs on an H200 host). */
-static PyObject *gf_shapes_if_needed(gf_call_state *state, PyObject *key, const gf_walk *walk) {
-  PyObject *by_shapes = PyDict_GetItemWithError(state->templates, key);
-  if (by_shapes != NULL && PyDict_CheckExact(by_shapes) && PyDict_GET_SIZE(by_shapes) == 1) {
-    return Py_NewRef(Py_None);
-  }
-  if (PyErr_Occurred()) {
-    return NULL;
-  }
-  return gf_walk_shapes(walk->tensors, walk->tensor_count);
 }
 
 /* Names the input an error is about by its kwarg path, in torch's words (an error path only). */
@@ -318,8 +289,9 @@ static void gf_name_input(int64_t runner_id, PyObject *kwargs, PyObject *tensor,
 }
 
 /* The key of a walk as bytes: the state's latest key when the walk gives the same bytes, so that
- * a serving loop's repeated key is neither copied nor hashed again for the template lookups
- * (hashing a new 780-byte key at 64 inputs was about 2,500 instructions a call). */
+ * a serving loop's repeated key is not allocated and copied again. Since the hit no longer looks
+ * up templates by key (each entry holds its own), this saves only the allocation: about 50
+ * instructions a call at 32 inputs (callgrind), against about 2,500 when the key was hashed. */
 static PyObject *gf_key_of_walk(gf_call_state *state, const gf_walk *walk) {
   PyObject *last = state->last_key;
   if (last != NULL && (size_t)PyBytes_GET_SIZE(last) == walk->key_length &&
@@ -345,26 +317,15 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_s
     return Py_NewRef(gf_fallback);
   }
   PyObject *key = gf_key_of_walk(state, walk);
-  PyObject *shapes = key != NULL ? gf_shapes_if_needed(state, key, walk) : NULL;
-  if (shapes == NULL) {
-    Py_XDECREF(key);
+  if (key == NULL) {
     gf_walk_release(walk);
     return NULL;
   }
-  gf_call_in_flight call = {state, kwargs, key, shapes, held, NULL};
+  gf_call_in_flight call = {state, kwargs, key, held, NULL, NULL};
   PyObject *outputs = NULL;
   gf_error err = {0};
   gf_status status =
       gf_fast_call_runner(walk, runner_id, &call, keep_alive, pin, static_outputs, &outputs, &err);
-  if (call.shapes == Py_None && status == GF_OK) {
-    /* A forward of this call may have recorded a second template for the key. */
-    PyObject *needed = gf_shapes_if_needed(state, key, walk);
-    if (needed == NULL) {
-      status = gf_error_set(&err, GF_ERR_NO_MEMORY, "graphed: out of memory for the shapes");
-    } else {
-      Py_SETREF(call.shapes, needed);
-    }
-  }
   if (status != GF_OK && err.input_number > 0 && err.input_number <= walk->tensor_count) {
     gf_name_input(runner_id, kwargs, walk->objects[err.input_number - 1], &err);
   }
@@ -420,38 +381,6 @@ static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 /* -- call_flat: the Python path ---------------------------------------------------------- */
 
-/* The shapes bytes of a list of tensors (subclasses included); b"?" when one has symbolic sizes,
- * so that such calls share one template per key, as before shapes were part of it. */
-static PyObject *gf_shapes_of_list(PyObject *tensors) {
-  Py_ssize_t count = PyList_GET_SIZE(tensors);
-  gf_tensor *shapes = calloc((size_t)(count > 0 ? count : 1), sizeof *shapes);
-  if (shapes == NULL) {
-    return PyErr_NoMemory();
-  }
-  PyObject *bytes = NULL;
-  for (Py_ssize_t i = 0; i < count; ++i) {
-    PyObject *item = PyList_GET_ITEM(tensors, i);
-    if (!gf_fastcall_torch_is_tensor(item) || gf_fastcall_torch_shape_of(item, &shapes[i]) != 0) {
-      bytes = PyBytes_FromString("?");
-      break;
-    }
-  }
-  if (bytes == NULL && !PyErr_Occurred()) {
-    bytes = gf_walk_shapes(shapes, (size_t)count);
-  }
-  free(shapes);
-  return bytes;
-}
-
-static PyObject *gf_shapes_of_list_checked(PyObject *self, PyObject *tensors) {
-  (void)self;
-  if (!PyList_CheckExact(tensors)) {
-    PyErr_SetString(PyExc_TypeError, "_graphed_fastcall.shapes_of(tensors: list)");
-    return NULL;
-  }
-  return gf_shapes_of_list(tensors);
-}
-
 /* call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) ->
  * output, the kwargs already flattened by graphed._tree (key a str, tensors and keep_alive lists,
  * held a tuple). */
@@ -475,14 +404,12 @@ static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t 
     return Py_NewRef(gf_reentered);
   }
   PyObject *key = PyUnicode_AsEncodedString(args[2], "utf-8", "surrogatepass");
-  PyObject *shapes = key != NULL ? gf_shapes_of_list(args[3]) : NULL;
-  if (shapes == NULL) {
-    Py_XDECREF(key);
+  if (key == NULL) {
     return NULL;
   }
   gf_call_frame frame = {state, gf_frames_here};
   gf_frames_here = &frame;
-  gf_call_in_flight call = {state, args[4], key, shapes, args[8], NULL};
+  gf_call_in_flight call = {state, args[4], key, args[8], NULL, NULL};
   PyObject *outputs = NULL;
   gf_error err = {0};
   gf_status status = gf_fastcall_torch_call_dispatched(runner_id, &call, args[3], args[5], pin,
@@ -494,43 +421,19 @@ static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 /* -- control under the runner's lock ----------------------------------------------------- */
 
-static PyObject *gf_state_op(PyObject *const *args, Py_ssize_t nargs, const char *usage,
-                             gf_status (*op)(int64_t, gf_call_state *, gf_error *)) {
-  if (nargs != 2 || Py_TYPE(args[1]) != &gf_call_state_type) {
-    PyErr_SetString(PyExc_TypeError, usage);
-    return NULL;
-  }
-  long long id = PyLong_AsLongLong(args[0]);
+/* reset(runner_id): the runner's graphs dropped under its lock (waiting with the GIL released);
+ * the core releases each entry's output template with it. */
+static PyObject *gf_reset(PyObject *self, PyObject *runner) {
+  (void)self;
+  long long id = PyLong_AsLongLong(runner);
   if (id == -1 && PyErr_Occurred()) {
     return NULL;
   }
   gf_error err = {0};
-  gf_status status = op((int64_t)id, (gf_call_state *)args[1], &err);
+  gf_status status = gf_fastcall_torch_reset((int64_t)id, &err);
   if (status != GF_OK) {
     return gf_fastcall_torch_raise(status, &err);
   }
-  Py_RETURN_NONE;
-}
-
-/* reset(runner_id, state): the runner's graphs and the state's templates, dropped together. */
-static PyObject *gf_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  (void)self;
-  return gf_state_op(args, nargs, "_graphed_fastcall.reset(runner_id, state)",
-                     gf_fastcall_torch_reset);
-}
-
-/* prune(runner_id, state): drops the templates of entries the cache no longer holds. */
-static PyObject *gf_prune(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  (void)self;
-  return gf_state_op(args, nargs, "_graphed_fastcall.prune(runner_id, state)",
-                     gf_fastcall_torch_prune);
-}
-
-/* mark_forward_error(): the forward running in this thread raised an error of its own. */
-static PyObject *gf_mark_forward_error(PyObject *self, PyObject *unused) {
-  (void)self;
-  (void)unused;
-  gf_fastcall_torch_mark_forward_error();
   Py_RETURN_NONE;
 }
 
@@ -625,14 +528,8 @@ static PyMethodDef gf_fastcall_methods[] = {
     {"call_flat", (PyCFunction)(void (*)(void))gf_flat_call, METH_FASTCALL,
      "call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) -> "
      "output or REENTERED"},
-    {"reset", (PyCFunction)(void (*)(void))gf_reset, METH_FASTCALL,
-     "reset(runner_id, state): drops the graphs and the templates under the runner's lock"},
-    {"prune", (PyCFunction)(void (*)(void))gf_prune, METH_FASTCALL,
-     "prune(runner_id, state): drops the templates of entries the cache no longer holds"},
-    {"shapes_of", (PyCFunction)gf_shapes_of_list_checked, METH_O,
-     "shapes_of(tensors: list) -> bytes: the shapes key of a call's input tensors"},
-    {"mark_forward_error", gf_mark_forward_error, METH_NOARGS,
-     "mark_forward_error(): the running forward raised an error of its own"},
+    {"reset", (PyCFunction)gf_reset, METH_O,
+     "reset(runner_id): drops the graphs (and their output templates) under the runner's lock"},
     {"unsupported_reason", gf_unsupported_reason, METH_O,
      "unsupported_reason(tensor) -> why the core cannot take it, or None"},
     {"decode", (PyCFunction)(void (*)(void))gf_decode, METH_FASTCALL,
@@ -679,5 +576,6 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
     return NULL;
   }
   gf_fastcall_torch_install_interpreter_lock();
+  gf_fastcall_torch_install_template_release();
   return module;
 }

@@ -1,9 +1,9 @@
 // The libtorch side of the CPython entry point (see gf_fastcall_torch.h).
 #include "gf_fastcall_torch.h"
-#include "gf_walker.h"
 
 #include "gf_torch_errors.h"
 
+#include "gf_shim_call.h"
 #include "gf_shim_host.h"
 #include "gf_shim_interpreter_lock.h"
 #include "gf_shim_registry.h"
@@ -20,6 +20,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <exception>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -53,31 +54,6 @@ extern "C" int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const c
   } catch (...) {
     *why = "cannot be read by graphed (torch raised while describing it)";
     return GF_DESCRIBE_UNSUPPORTED;
-  }
-}
-
-extern "C" int gf_fastcall_torch_shape_of(PyObject *obj, gf_tensor *out) {
-  try {
-    const at::Tensor &tensor = THPVariable_Unpack(obj);
-    if (!tensor.defined() || tensor.dim() > GF_MAX_DIMS || tensor.is_nested()) {
-      return -1;
-    }
-    *out = gf_tensor{};
-    c10::SymIntArrayRef sizes = tensor.sym_sizes();
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      std::optional<int64_t> size = sizes[i].maybe_as_int();
-      if (!size.has_value()) {
-        return -1;
-      }
-      out->sizes[i] = *size;
-    }
-    out->dtype = static_cast<int32_t>(tensor.scalar_type());
-    out->device_type = static_cast<int32_t>(tensor.device().type());
-    out->device_index = tensor.device().has_index() ? tensor.device().index() : -1;
-    out->ndim = static_cast<int32_t>(sizes.size());
-    return 0;
-  } catch (...) {
-    return -1;
   }
 }
 
@@ -121,6 +97,25 @@ extern "C" void gf_fastcall_torch_install_interpreter_lock(void) {
   graphed::set_interpreter_lock_runners(run_holding_gil, run_releasing_gil);
 }
 
+namespace {
+
+// An entry's (template, held) pair, released with the entry, under the GIL; once the interpreter
+// is gone it is left, as torch leaves the Python objects of tensors then.
+void release_template(void *user) noexcept {
+  if (!Py_IsInitialized()) {
+    return;
+  }
+  PyGILState_STATE state = PyGILState_Ensure();
+  Py_DECREF(static_cast<PyObject *>(user));
+  PyGILState_Release(state);
+}
+
+} // namespace
+
+extern "C" void gf_fastcall_torch_install_template_release(void) {
+  graphed::set_entry_user_release(release_template);
+}
+
 extern "C" PyObject *gf_fastcall_torch_object_of(const gf_tensor *tensor) {
   try {
     return THPVariable_Wrap(graphed::tensor_of_handle(tensor->handle));
@@ -134,12 +129,7 @@ namespace {
 
 // Takes the runner's lock; when another thread holds it, waits with the GIL released.
 std::unique_lock<std::recursive_mutex> lock_runner(graphed::RunnerSlot &slot) {
-  std::unique_lock<std::recursive_mutex> lock(slot.mutex, std::try_to_lock);
-  if (!lock.owns_lock()) {
-    Py_BEGIN_ALLOW_THREADS lock.lock();
-    Py_END_ALLOW_THREADS
-  }
-  return lock;
+  return graphed::lock_runner(slot, graphed::LockPolicy::release_interpreter_lock);
 }
 
 // Puts the call into its GraphedForward's call state and, on exit, the outer call back. Built
@@ -148,25 +138,26 @@ std::unique_lock<std::recursive_mutex> lock_runner(graphed::RunnerSlot &slot) {
 class CallInFlight {
 public:
   explicit CallInFlight(gf_call_in_flight *call)
-      : call_(call), state_(call->state), outer_{state_->tree, state_->key, state_->shapes,
-                                                 state_->held, state_->error} {
+      : call_(call), state_(call->state), outer_{state_->tree, state_->key, state_->held,
+                                                 state_->error, state_->recorded} {
     call->error = nullptr;
+    call->output_template = nullptr;
     state_->tree = Py_NewRef(call->tree);
     state_->key = Py_NewRef(call->key);
-    state_->shapes = Py_NewRef(call->shapes);
     state_->held = Py_NewRef(call->held);
     state_->error = Py_NewRef(Py_None);
+    state_->recorded = nullptr;
   }
   ~CallInFlight() {
-    PyObject *mine[] = {state_->tree, state_->key, state_->shapes, state_->held};
+    PyObject *mine[] = {state_->tree, state_->key, state_->held, state_->recorded};
     PyObject *error = state_->error;
     state_->tree = outer_[0];
     state_->key = outer_[1];
-    state_->shapes = outer_[2];
-    state_->held = outer_[3];
-    state_->error = outer_[4];
+    state_->held = outer_[2];
+    state_->error = outer_[3];
+    state_->recorded = outer_[4];
     for (PyObject *object : mine) {
-      Py_DECREF(object);
+      Py_XDECREF(object);
     }
     if (error != Py_None) {
       call_->error = error; // the reference moves to the caller
@@ -176,6 +167,24 @@ public:
   }
   CallInFlight(const CallInFlight &) = delete;
   CallInFlight &operator=(const CallInFlight &) = delete;
+
+  // After a call that succeeded, still under the runner's lock: call->output_template from the
+  // serving entry's slot (served: see gf_call_options.entry_user), which a capture fills with
+  // what its forward recorded and the call's held objects, or for an eager call (served NULL)
+  // the template its own forward recorded. Stays NULL when there is none.
+  void settle(void **served) noexcept {
+    PyObject *recorded = state_->recorded;
+    if (served == nullptr) {
+      call_->output_template = Py_XNewRef(recorded);
+      return;
+    }
+    if (*served == nullptr && recorded != nullptr) {
+      *served = PyTuple_Pack(2, recorded, call_->held);
+    }
+    if (*served != nullptr) {
+      call_->output_template = Py_NewRef(PyTuple_GET_ITEM(static_cast<PyObject *>(*served), 0));
+    }
+  }
 
 private:
   gf_call_in_flight *call_;
@@ -207,6 +216,45 @@ PyObject *list_of_tensors(std::vector<at::Tensor> &&tensors) {
 
 } // namespace
 
+namespace {
+
+// The fast path's side of call_runner: the call state set while the runner is held, and the
+// outputs wrapped into a new list of tensor objects.
+class FastCallParty final : public graphed::RunnerCallParty {
+public:
+  explicit FastCallParty(gf_call_in_flight *call) : call_(call) {}
+  ~FastCallParty() override { Py_XDECREF(list_); }
+  FastCallParty(const FastCallParty &) = delete;
+  FastCallParty &operator=(const FastCallParty &) = delete;
+
+  void locked() noexcept override { in_flight_.emplace(call_); }
+  void called(gf_status status) noexcept override {
+    if (status == GF_OK) {
+      in_flight_->settle(served_);
+    }
+    in_flight_.reset();
+  }
+  // Where the core says which entry served the call (gf_call_options.entry_user).
+  void ***served_slot() { return &served_; }
+  void reserve(size_t count) override { list_ = PyList_New(static_cast<Py_ssize_t>(count)); }
+  void add(at::Tensor output) override {
+    if (list_ != nullptr) {
+      PyList_SET_ITEM(list_, next_++, THPVariable_Wrap(std::move(output)));
+    }
+  }
+  // The list (a new reference), or NULL when it could not be made.
+  PyObject *take_list() { return std::exchange(list_, nullptr); }
+
+private:
+  gf_call_in_flight *call_;
+  std::optional<CallInFlight> in_flight_;
+  PyObject *list_ = nullptr;
+  Py_ssize_t next_ = 0;
+  void **served_ = nullptr;
+};
+
+} // namespace
+
 extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, gf_call_in_flight *call,
                                             const void *key, size_t key_length, gf_tensor *inputs,
                                             size_t input_count, const gf_tensor *keep_alive,
@@ -215,45 +263,19 @@ extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, gf_call_in_flight
   *outputs = nullptr;
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
-    // Live inputs reach the core dense; the contiguous copies live until the call returns.
-    std::vector<at::Tensor> dense;
-    std::vector<graphed::DenseInput> densified;
-    for (size_t i = 0; i < input_count; ++i) {
-      // The walk described every tensor already; only one the core cannot read as it is (a
-      // strided or lazily conjugated view; torch keeps both as flags) is described again, as its
-      // dense copy, which a forward's in-place write is copied back from.
-      const at::Tensor &tensor = graphed::tensor_of_handle(inputs[i].handle);
-      if (graphed::needs_dense_copy(tensor)) {
-        densified.push_back({i, &tensor});
-        inputs[i] = graphed::describe_dense(tensor, dense, input_count);
-      }
+    FastCallParty party(call);
+    gf_call_options options{pin, static_outputs, nullptr, party.served_slot()};
+    gf_status status = graphed::call_runner(
+        *slot, key, key_length, inputs, input_count, keep_alive, keep_alive_count, options,
+        graphed::LockPolicy::release_interpreter_lock, party, err);
+    if (status != GF_OK) {
+      return status;
     }
-    std::vector<unsigned char> mutated(densified.empty() ? 0 : input_count);
-    gf_call_options options{pin, static_outputs, mutated.empty() ? nullptr : mutated.data()};
-    gf_pool results{};
-    gf_status status;
-    {
-      std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
-      CallInFlight in_flight(call);
-      status = gf_runner_call(slot->runner, key, key_length, inputs, input_count, keep_alive,
-                              keep_alive_count, &options, &results, err);
-    }
-    if (status == GF_OK && !mutated.empty()) {
-      graphed::write_back_dense(densified, inputs, mutated.data());
-    }
-    PyObject *list = status == GF_OK ? PyList_New(static_cast<Py_ssize_t>(results.count)) : nullptr;
-    for (size_t i = 0; i < results.count; ++i) {
-      at::Tensor result = graphed::take_handle(results.tensors[i].handle);
-      if (list != nullptr) {
-        PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), THPVariable_Wrap(std::move(result)));
-      }
-    }
-    gf_pool_free(&results, nullptr, nullptr);
-    if (status == GF_OK && list == nullptr) {
+    *outputs = party.take_list();
+    if (*outputs == nullptr) {
       return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for the outputs");
     }
-    *outputs = list;
-    return status;
+    return GF_OK;
   } catch (...) {
     return graphed::status_of_current_exception(err, nullptr);
   }
@@ -279,9 +301,15 @@ extern "C" gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_cal
     {
       std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
       CallInFlight in_flight(call);
-      // The operator takes the (recursive) runner lock again; the call state is already set.
-      results = forward_op.call(runner_id, key, input_tensors, held_tensors, pin != 0,
-                                static_outputs != 0);
+      void **served = nullptr;
+      {
+        // The operator takes the (recursive) runner lock again; the call state is already set,
+        // and the kernel says which entry served the call through the request.
+        graphed::ServedEntryRequest request(runner_id, &served);
+        results = forward_op.call(runner_id, key, input_tensors, held_tensors, pin != 0,
+                                  static_outputs != 0);
+      }
+      in_flight.settle(served);
     }
     PyObject *list = list_of_tensors(std::move(results));
     if (list == nullptr) {
@@ -297,78 +325,11 @@ extern "C" gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_cal
   }
 }
 
-extern "C" gf_status gf_fastcall_torch_reset(int64_t runner_id, gf_call_state *state,
-                                             gf_error *err) {
+extern "C" gf_status gf_fastcall_torch_reset(int64_t runner_id, gf_error *err) {
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
     std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
     gf_runner_reset(slot->runner);
-    PyDict_Clear(state->templates);
-    return GF_OK;
-  } catch (...) {
-    return graphed::status_of_current_exception(err, nullptr);
-  }
-}
-
-namespace {
-
-// Whether the template of (key, shapes) belongs to the call in flight or to a resident entry.
-bool template_is_live(gf_runner *runner, const gf_call_state *state, PyObject *key,
-                      PyObject *shapes, std::vector<gf_tensor> &scratch) {
-  if (PyObject_RichCompareBool(key, state->key, Py_EQ) == 1 &&
-      PyObject_RichCompareBool(shapes, state->shapes, Py_EQ) == 1) {
-    return true;
-  }
-  PyErr_Clear();
-  if (!PyBytes_Check(key) || !PyBytes_Check(shapes)) {
-    return false;
-  }
-  const auto *bytes = reinterpret_cast<const unsigned char *>(PyBytes_AS_STRING(shapes));
-  const size_t length = static_cast<size_t>(PyBytes_GET_SIZE(shapes));
-  scratch.resize(length / (4 * sizeof(int32_t)) + 1);
-  Py_ssize_t count = gf_walk_parse_shapes(bytes, length, scratch.data(), scratch.size());
-  return count >= 0 && gf_runner_entry_replays(runner, PyBytes_AS_STRING(key),
-                                               static_cast<size_t>(PyBytes_GET_SIZE(key)),
-                                               scratch.data(), static_cast<size_t>(count)) >= 0;
-}
-
-} // namespace
-
-extern "C" gf_status gf_fastcall_torch_prune(int64_t runner_id, gf_call_state *state,
-                                             gf_error *err) {
-  try {
-    std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
-    std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
-    std::vector<gf_tensor> scratch;
-    // Keys first, so no dict changes size while it is iterated.
-    PyObject *keys = PyDict_Keys(state->templates);
-    if (keys == nullptr) {
-      PyErr_Clear();
-      return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory pruning templates");
-    }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); ++i) {
-      PyObject *key = PyList_GET_ITEM(keys, i);
-      PyObject *by_shapes = PyDict_GetItem(state->templates, key);
-      if (by_shapes == nullptr || !PyDict_Check(by_shapes)) {
-        continue;
-      }
-      Py_INCREF(by_shapes);
-      PyObject *all_shapes = PyDict_Keys(by_shapes);
-      for (Py_ssize_t j = 0; all_shapes != nullptr && j < PyList_GET_SIZE(all_shapes); ++j) {
-        PyObject *shapes = PyList_GET_ITEM(all_shapes, j);
-        if (!template_is_live(slot->runner, state, key, shapes, scratch) &&
-            PyDict_DelItem(by_shapes, shapes) != 0) {
-          PyErr_Clear();
-        }
-      }
-      Py_XDECREF(all_shapes);
-      if (PyDict_GET_SIZE(by_shapes) == 0 && PyDict_DelItem(state->templates, key) != 0) {
-        PyErr_Clear();
-      }
-      Py_DECREF(by_shapes);
-    }
-    Py_DECREF(keys);
-    PyErr_Clear();
     return GF_OK;
   } catch (...) {
     return graphed::status_of_current_exception(err, nullptr);
@@ -390,9 +351,10 @@ extern "C" PyObject *gf_fastcall_torch_raise(gf_status status, const gf_error *e
     return nullptr;
   }
   const char *message = err->message[0] ? err->message : gf_status_name(status);
-  PyObject *type = status == GF_ERR_INVALID_ARGUMENT ? PyExc_ValueError
-                   : status == GF_ERR_TYPE           ? PyExc_TypeError
-                                                     : PyExc_RuntimeError;
+  const graphed::ErrorKind kind = graphed::error_kind_of(status);
+  PyObject *type = kind == graphed::ErrorKind::value  ? PyExc_ValueError
+                   : kind == graphed::ErrorKind::type ? PyExc_TypeError
+                                                      : PyExc_RuntimeError;
   PyErr_SetString(type, message);
   return nullptr;
 }

@@ -42,10 +42,6 @@ enum {
  * C++ exception out: anything torch throws is GF_DESCRIBE_UNSUPPORTED. */
 int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const char **why);
 
-/* The dtype, device and sizes of any tensor object (subclasses included) without touching its
- * data; 0, or -1 when torch cannot say (symbolic sizes, more than GF_MAX_DIMS dimensions). */
-int gf_fastcall_torch_shape_of(PyObject *obj, gf_tensor *out);
-
 /* The reason a tensor object cannot be an input or keep_alive tensor (the end of a sentence), or
  * NULL when it can; never throws. */
 const char *gf_fastcall_torch_unsupported_reason(PyObject *obj);
@@ -54,16 +50,19 @@ const char *gf_fastcall_torch_unsupported_reason(PyObject *obj);
 PyObject *gf_fastcall_torch_object_of(const gf_tensor *tensor);
 
 /* The call a runner call puts into a GraphedForward's call state while it holds the runner's
- * lock: `tree` (kwargs dict or TreeSpec), `key` (bytes), `shapes` (bytes, see gf_walk_shapes) and
- * `held` (the non-tensor keep_alive objects). `error` is an output: the exception the forward
- * recorded during the call (a new reference), or NULL. */
+ * lock: `tree` (kwargs dict or TreeSpec), `key` (bytes) and `held` (the non-tensor keep_alive
+ * objects). Outputs (new references, or NULL): `error`, the exception the forward recorded during
+ * the call; `output_template`, after a call that succeeded, the template its outputs are rebuilt
+ * with: the serving entry's (gf_entry.user, a (template, held) pair that a capture fills from what
+ * its forward recorded, so that the entry holds `held` for its life), or for an eager call the one
+ * its own forward recorded. */
 typedef struct gf_call_in_flight {
   gf_call_state *state;
   PyObject *tree;
   PyObject *key;
-  PyObject *shapes;
   PyObject *held;
   PyObject *error;
+  PyObject *output_template;
 } gf_call_in_flight;
 
 /* The fast path: one call of runner `runner_id` (see gf_runner_call) with inputs the walker
@@ -83,22 +82,22 @@ gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_call_in_flight
                                             PyObject *inputs, PyObject *keep_alive, int pin,
                                             int static_outputs, PyObject **outputs, gf_error *err);
 
-/* Resets the runner (gf_runner_reset) and clears the state's output templates under the runner's
- * lock, so no call sees one without the other. */
-gf_status gf_fastcall_torch_reset(int64_t runner_id, gf_call_state *state, gf_error *err);
-
-/* Drops the output templates (state->templates) whose entries are no longer resident in the
- * runner's cache, except the template of the call in flight, under the runner's lock. */
-gf_status gf_fastcall_torch_prune(int64_t runner_id, gf_call_state *state, gf_error *err);
+/* Resets the runner (gf_runner_reset) under the runner's lock, waiting for it with the GIL
+ * released; the core releases each entry's output template with the entry. */
+gf_status gf_fastcall_torch_reset(int64_t runner_id, gf_error *err);
 
 /* Marks that the forward running in this thread raised an error of its own (see
- * gf_shim_host.h); the host then reports GF_ERR_FORWARD instead of a capture failure. */
+ * gf_shim_host.h); the host then reports GF_ERR_FORWARD, which the core judges. */
 void gf_fastcall_torch_mark_forward_error(void);
 
 /* Installs, for the plugin's kernels, the way to run work holding the GIL (see
  * shim/gf_shim_interpreter_lock.h): graphed::forward then releases a call's input tensors under
  * one acquisition instead of one per tensor. Called once, when the module loads. */
 void gf_fastcall_torch_install_interpreter_lock(void);
+
+/* Installs the release of the output templates cache entries hold (graphed::set_entry_user_release:
+ * a decref taken under the GIL). Called once, when the module loads. */
+void gf_fastcall_torch_install_template_release(void);
 
 /* Raises the Python exception that matches a failed status (ValueError, TypeError or
  * RuntimeError) and returns NULL. */

@@ -455,52 +455,6 @@ PyObject *gf_walk_decode(const unsigned char *key, size_t length, PyObject *tens
   return kwargs;
 }
 
-/* -- the shapes of a call, for its output template's key --------------------------------------- */
-
-PyObject *gf_walk_shapes(const gf_tensor *tensors, size_t count) {
-  size_t length = 0;
-  for (size_t i = 0; i < count; ++i) {
-    length += 4 * sizeof(int32_t) + (size_t)tensors[i].ndim * sizeof(int64_t);
-  }
-  PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)length);
-  if (bytes == NULL) {
-    return NULL;
-  }
-  unsigned char *at = (unsigned char *)PyBytes_AS_STRING(bytes);
-  for (size_t i = 0; i < count; ++i) {
-    const gf_tensor *t = &tensors[i];
-    const int32_t head[4] = {t->dtype, t->device_type, t->device_index, t->ndim};
-    memcpy(at, head, sizeof head);
-    at += sizeof head;
-    memcpy(at, t->sizes, (size_t)t->ndim * sizeof(int64_t));
-    at += (size_t)t->ndim * sizeof(int64_t);
-  }
-  return bytes;
-}
-
-Py_ssize_t gf_walk_parse_shapes(const unsigned char *bytes, size_t length, gf_tensor *tensors,
-                                size_t capacity) {
-  gf_reader reader = {bytes, bytes + length, NULL, 0};
-  size_t count = 0;
-  while (reader.at < reader.end) {
-    int32_t head[4];
-    if (count >= capacity || gf_read(&reader, head, sizeof head) != 0 || head[3] < 0 ||
-        head[3] > GF_MAX_DIMS) {
-      return -1;
-    }
-    gf_tensor *t = &tensors[count++];
-    memset(t, 0, sizeof *t);
-    t->dtype = head[0];
-    t->device_type = head[1];
-    t->device_index = head[2];
-    t->ndim = head[3];
-    if (gf_read(&reader, t->sizes, (size_t)t->ndim * sizeof(int64_t)) != 0) {
-      return -1;
-    }
-  }
-  return (Py_ssize_t)count;
-}
-
 /* -- the rebuilds: one map of plain containers, in the walk's order -------------------------- */
 
 typedef enum {

@@ -65,15 +65,6 @@ void gf_walk_free(gf_walk *walk);
  * tensor slot; a new reference, or NULL with a ValueError for bytes that are not such a key. */
 PyObject *gf_walk_decode(const unsigned char *key, size_t length, PyObject *tensors);
 
-/* The shapes part of an output template's key: per tensor dtype, device type and index, ndim
- * (int32 each) and the sizes (int64), as bytes (a new reference). */
-PyObject *gf_walk_shapes(const gf_tensor *tensors, size_t count);
-
-/* Parses bytes from gf_walk_shapes back into descriptors (data NULL); the count, or -1 for bytes
- * that are not such shapes or more than capacity tensors. */
-Py_ssize_t gf_walk_parse_shapes(const unsigned char *bytes, size_t length, gf_tensor *tensors,
-                                size_t capacity);
-
 /* For a plain forward result: *template (the result with `placeholder` in each tensor slot) and
  * *tensors (a list of its tensors in walk order), new references, and GF_WALK_OK. A result that is
  * not plain gives GF_WALK_UNSUPPORTED and no Python error. */

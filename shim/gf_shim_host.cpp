@@ -11,6 +11,7 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -126,7 +127,9 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
     }
     return GF_OK;
   } catch (...) {
-    const bool own_error = forward_error_marked && !host->agrees();
+    // The fact only: whose error it is (the caller's, or a capture failure with a group) is the
+    // core's to decide (gf_capture.c).
+    const bool own_error = forward_error_marked;
     forward_error_marked = false;
     if (own_error) {
       return gf_error_set(err, GF_ERR_FORWARD, "graphed: the forward of '%s' raised",
@@ -192,6 +195,15 @@ void host_warn(void *context, const char *message) {
   }
 }
 
+std::atomic<EntryUserRelease> installed_user_release{nullptr};
+
+void host_release_user(void *, void *user) {
+  EntryUserRelease release = installed_user_release.load(std::memory_order_acquire);
+  if (release != nullptr) {
+    release(user);
+  }
+}
+
 void host_destroy(void *context) { delete host_context(context); }
 
 } // namespace
@@ -199,6 +211,10 @@ void host_destroy(void *context) { delete host_context(context); }
 gf_forward_phase forward_phase() { return current_phase; }
 
 void mark_forward_error() { forward_error_marked = true; }
+
+void set_entry_user_release(EntryUserRelease release) {
+  installed_user_release.store(release, std::memory_order_release);
+}
 
 c10::OperatorHandle find_operator(const std::string &qualified_name, const char *role) {
   auto separator = qualified_name.find("::");
@@ -229,6 +245,7 @@ gf_host make_torch_host(HostContext *context) {
   host.run_forward = host_run_forward;
   host.agree = context->agrees() ? host_agree : nullptr; // no group: no agreement
   host.release = host_release;
+  host.release_user = host_release_user;
   host.warn = host_warn;
   host.notify = host_notify;
   host.destroy = host_destroy;

@@ -44,10 +44,18 @@ gf_forward_phase forward_phase();
 
 // Marks that the forward now running in this thread raised an error of its own (a Python
 // forward's ValueError, KeyboardInterrupt, ...), not a failure of the capture: host_run_forward
-// then returns GF_ERR_FORWARD, which the core hands back without disabling the runner or running
-// the forward again. Without agreement only: with a process group the ranks must still disable
-// together, so the failure stays a capture failure there.
+// then returns GF_ERR_FORWARD. The core alone decides what that means: without agreement the
+// caller gets the error and the runner stays enabled; with a process group it is a capture
+// failure, so that the ranks disable together.
 void mark_forward_error();
+
+// Releases what a CPython entry point keeps in a cache entry (gf_entry.user: its output template):
+// the shim has no Python, so the extension installs the function when it loads, as it installs
+// the interpreter-lock runners (gf_shim_interpreter_lock.h). The core calls it, through the host's
+// release_user, when the entry goes: evicted, dropped by reset or disable, or with its runner.
+// Without one installed, user data is left as it is (nothing but the extension sets any).
+using EntryUserRelease = void (*)(void *user) noexcept;
+void set_entry_user_release(EntryUserRelease release);
 
 // Calls a (Tensor[]) -> Tensor[] operator through the boxed dispatcher.
 std::vector<at::Tensor> call_tensor_list_op(const c10::OperatorHandle &op,

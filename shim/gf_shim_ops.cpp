@@ -20,6 +20,7 @@
 //   entry_replays(int runner, str key, Tensor[] inputs) -> int
 //   forward_phase() -> int                      why the host runs the forward on this thread:
 //                                               0 eager, 1 probe, 2 warm-up, 3 capture
+#include "gf_shim_call.h"
 #include "gf_shim_host.h"
 #include "gf_shim_interpreter_lock.h"
 #include "gf_shim_registry.h"
@@ -46,17 +47,18 @@ namespace {
 
 [[noreturn]] void raise_status(gf_status status, const gf_error &err) {
   const char *message = err.message[0] ? err.message : gf_status_name(status);
-  TORCH_CHECK_VALUE(status != GF_ERR_INVALID_ARGUMENT, message);
-  TORCH_CHECK_TYPE(status != GF_ERR_TYPE, message);
+  const ErrorKind kind = error_kind_of(status);
+  TORCH_CHECK_VALUE(kind != ErrorKind::value, message);
+  TORCH_CHECK_TYPE(kind != ErrorKind::type, message);
   TORCH_CHECK(false, message);
 }
 
-// Borrowed descriptors of the tensors (see describe_dense), after checking each is defined and
-// has at most GF_MAX_DIMS dimensions. No reference is taken for contiguous tensors. Tensors is
-// at::TensorList or TensorsOnStack: anything with size() and a const at::Tensor &operator[].
+// Borrowed descriptors of the tensors, after checking each is defined and has at most GF_MAX_DIMS
+// dimensions: each the tensor itself, or with dense (see describe_dense) a dense copy of one the
+// core cannot read as it is. No reference is taken. Tensors is at::TensorList or TensorsOnStack:
+// anything with size() and a const at::Tensor &operator[].
 template <typename Tensors>
-std::vector<gf_tensor> describe_borrowed(const Tensors &tensors, std::vector<at::Tensor> &dense) {
-  dense.clear();
+std::vector<gf_tensor> describe_borrowed(const Tensors &tensors, std::vector<at::Tensor> *dense) {
   std::vector<gf_tensor> described(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor &tensor = tensors[i];
@@ -69,7 +71,12 @@ std::vector<gf_tensor> describe_borrowed(const Tensors &tensors, std::vector<at:
                                               i, static_cast<long long>(tensor.dim()),
                                               static_cast<int>(GF_MAX_DIMS)));
     }
-    described[i] = describe_dense(tensor, dense, tensors.size());
+    if (dense != nullptr) {
+      described[i] = describe_dense(tensor, *dense, tensors.size());
+    } else {
+      described[i] = describe_tensor(tensor, false);
+      described[i].handle = const_cast<at::Tensor *>(&tensor);
+    }
   }
   return described;
 }
@@ -144,43 +151,28 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
   return register_runner(runner, std::string(name), device);
 }
 
-// The outputs are a c10::List, the form the stack holds them in.
+// Collects a call's outputs into the c10::List the stack holds them in.
+class ListOfOutputs final : public RunnerCallParty {
+public:
+  void reserve(size_t count) override { outputs.reserve(count); }
+  void add(at::Tensor output) override { outputs.push_back(std::move(output)); }
+  c10::List<at::Tensor> outputs;
+};
+
 c10::List<at::Tensor> run_forward(int64_t runner_id, c10::string_view key,
                                   const TensorsOnStack &inputs, const TensorsOnStack &keep_alive,
                                   bool pin, bool static_outputs) {
   std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
-  std::vector<at::Tensor> dense_inputs;
   std::vector<at::Tensor> dense_keep_alive;
-  std::vector<gf_tensor> described = describe_borrowed(inputs, dense_inputs);
-  std::vector<gf_tensor> held = describe_borrowed(keep_alive, dense_keep_alive);
-  // Inputs the forward writes in place reach the caller's tensors through the core, except where
-  // the core saw a dense copy: those are copied back here.
-  std::vector<DenseInput> densified;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (described[i].handle != &inputs[i]) {
-      densified.push_back({i, &inputs[i]});
-    }
-  }
-  std::vector<unsigned char> mutated(densified.empty() ? 0 : inputs.size());
-  gf_call_options options{pin ? 1 : 0, static_outputs ? 1 : 0,
-                          mutated.empty() ? nullptr : mutated.data()};
-  gf_pool results{};
+  std::vector<gf_tensor> described = describe_borrowed(inputs, nullptr);
+  std::vector<gf_tensor> held = describe_borrowed(keep_alive, &dense_keep_alive);
+  gf_call_options options{pin ? 1 : 0, static_outputs ? 1 : 0, nullptr,
+                          take_served_entry_request(runner_id)};
+  ListOfOutputs outputs;
   gf_error err{};
-  gf_status status;
-  {
-    std::lock_guard<std::recursive_mutex> guard(slot->mutex);
-    status = gf_runner_call(slot->runner, key.data(), key.size(), described.data(),
-                            described.size(), held.data(), held.size(), &options, &results, &err);
-  }
-  if (status == GF_OK && !mutated.empty()) {
-    write_back_dense(densified, described.data(), mutated.data());
-  }
-  c10::List<at::Tensor> outputs;
-  outputs.reserve(results.count);
-  for (size_t i = 0; i < results.count; ++i) {
-    outputs.push_back(take_handle(results.tensors[i].handle));
-  }
-  gf_pool_free(&results, nullptr, nullptr);
+  gf_status status =
+      call_runner(*slot, key.data(), key.size(), described.data(), described.size(), held.data(),
+                  held.size(), options, LockPolicy::plain, outputs, &err);
   if (status != GF_OK) {
     if (err.input_number > 0 && err.input_number <= inputs.size()) {
       word_input_error(inputs[err.input_number - 1],
@@ -188,7 +180,7 @@ c10::List<at::Tensor> run_forward(int64_t runner_id, c10::string_view key,
     }
     raise_status(status, err);
   }
-  return outputs;
+  return std::move(outputs.outputs);
 }
 
 // The argument lists a forward call released together (see forward_kernel).
@@ -336,7 +328,7 @@ std::vector<std::string> backend_op() {
 int64_t entry_replays_op(int64_t runner_id, c10::string_view key, at::TensorList inputs) {
   std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
   std::vector<at::Tensor> dense;
-  std::vector<gf_tensor> described = describe_borrowed(inputs, dense);
+  std::vector<gf_tensor> described = describe_borrowed(inputs, &dense);
   std::lock_guard<std::recursive_mutex> guard(slot->mutex);
   return gf_runner_entry_replays(slot->runner, key.data(), key.size(), described.data(),
                                  described.size());

@@ -36,6 +36,17 @@ gf_status status_of_current_exception(gf_error *err, const char *what_failed) {
   }
 }
 
+ErrorKind error_kind_of(gf_status status) {
+  switch (status) {
+  case GF_ERR_INVALID_ARGUMENT:
+    return ErrorKind::value;
+  case GF_ERR_TYPE:
+    return ErrorKind::type;
+  default:
+    return ErrorKind::runtime;
+  }
+}
+
 std::string format_message(const char *format, ...) {
   char buffer[512];
   va_list args;

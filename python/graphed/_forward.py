@@ -279,12 +279,8 @@ class GraphedForward:
         self.group = group
         self._capture_context = capture_context
         self._known_disabled = False
-        # Output templates are pruned to the resident entries when they pass this count.
-        self._max_entries = max_entries
-        self._template_count = 0
-        self._template_limit = 2 * max_entries + 16
-        # The call in flight, set by both C entry points under the runner's lock, and the output
-        # template of each key (see pyext/gf_fastcall.c).
+        # The call in flight, set by both C entry points under the runner's lock (see
+        # pyext/gf_fastcall.c); each cache entry holds its own output template.
         self._call_state = _fastcall.CallState(rebuild_output)
         self_ref = weakref.ref(self)
 
@@ -386,7 +382,8 @@ class GraphedForward:
     def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The body of the forward operator the core calls for probe, warm-up, capture and eager
         runs: rebuilds the kwargs of the call in flight, runs the module and records the output
-        template of the call's key."""
+        template of this run in the call state (the entry point gives it to the entry a capture
+        makes, or rebuilds an eager call's outputs with it)."""
         state = self._call_state
         tree = state.tree
         if tree is None:
@@ -395,12 +392,6 @@ class GraphedForward:
                 "flight (torch.ops.graphed.forward with a key this GraphedForward never saw); call "
                 "the GraphedForward once with these kwargs first"
             )
-        error = state.error
-        if error is not None and _is_callers_error(error) and self.group is None:
-            # The forward raised an error of its own earlier in this call: it is not run again.
-            # With a process group it is: the peers' eager forwards run their collectives now,
-            # and this rank's must pair with them (raising again if the error is the forward's).
-            raise error
         # A dict is the kwargs the C walker took, decoded from the call's key (a snapshot made
         # before any forward ran); anything else is the TreeSpec of the Python path.
         inputs = list(inputs)
@@ -416,34 +407,15 @@ class GraphedForward:
             plain = _fastcall.output_template(result)
             template, tensors = plain if plain is not None else flatten_output(result)
         except BaseException as raised:
-            state.record_error(raised)
-            if _is_callers_error(raised):
-                # Not a capture failure: the caller gets it once, the runner stays enabled.
-                _fastcall.mark_forward_error()
+            # The fact, once: the core decides what an error of the forward's own means (without
+            # a group the caller gets it and the forward is not run again; with one it is a
+            # capture failure, and the eager run after it runs this forward again, so that its
+            # collectives pair with the peers').
+            state.record_error(raised, _is_callers_error(raised))
             _log.debug("graphed: the forward of %s raised", self.name, exc_info=True)
             raise
-        self._record_template(state, template, inputs)
+        state.record_template(template)
         return tensors
-
-    def _record_template(self, state: Any, template: Any, inputs: list[torch.Tensor]) -> None:
-        """Records the output template of the call in flight under its key and input shapes (the
-        latest run's: non-tensor outputs of eager runs are not frozen), with the call's non-tensor
-        keep_alive objects, and prunes the templates of evicted entries now and then."""
-        shapes = state.shapes
-        if shapes is None:
-            # The entry point left the shapes to the forward that needs them (see gf_fastcall.c).
-            shapes = _fastcall.shapes_of(inputs)
-            state.set_shapes(shapes)
-        by_shapes = state.templates.get(state.key)
-        if by_shapes is None:
-            by_shapes = state.templates[state.key] = {}
-        if shapes not in by_shapes:
-            self._template_count += 1
-        by_shapes[shapes] = (template, state.held)
-        if self._template_count > self._template_limit:
-            _fastcall.prune(self._id, state)
-            self._template_count = sum(len(shapes) for shapes in state.templates.values())
-            self._template_limit = max(2 * self._template_count, 2 * self._max_entries + 16)
 
     def _eager(self, kwargs: dict) -> Any:
         with torch.no_grad(), self._context_if_outer_capture():
@@ -570,8 +542,7 @@ class GraphedForward:
 
     def reset(self) -> None:
         """Drops every captured graph and its buffers; the next call captures again."""
-        _fastcall.reset(self._id, self._call_state)
-        self._template_count = 0
+        _fastcall.reset(self._id)
 
     @property
     def runner_id(self) -> int:

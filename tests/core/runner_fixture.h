@@ -88,9 +88,9 @@ inline bool Contains(const std::string &text, const std::string &part) {
   return text.find(part) != std::string::npos;
 }
 
-const gf_call_options kDefault = {0, 0, nullptr};
-const gf_call_options kPinned = {1, 0, nullptr};
-const gf_call_options kStaticOutputs = {0, 1, nullptr};
+const gf_call_options kDefault = {0, 0, nullptr, nullptr};
+const gf_call_options kPinned = {1, 0, nullptr, nullptr};
+const gf_call_options kStaticOutputs = {0, 1, nullptr, nullptr};
 
 class Runner : public ::testing::Test {
 protected:

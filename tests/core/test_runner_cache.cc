@@ -1,12 +1,16 @@
 // Tests of a runner's graph cache: the key and the hashed signature select the graph (also when
 // every hash collides), gf_runner_entry_replays, the counters, LRU eviction and what it releases,
-// pinned entries, and what drops every graph: disable (whose first reason sticks), reset (which
-// recaptures with the probe) and destroy (which releases every handle).
+// pinned entries, what drops every graph: disable (whose first reason sticks), reset (which
+// recaptures with the probe) and destroy (which releases every handle), and the entry's user slot
+// (gf_call_options.entry_user), released through the host whenever its entry goes.
 #include "gf_runner.h"
 #include "gf_test_fakes.h"
 #include "runner_fixture.h"
 
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -237,6 +241,109 @@ TEST_F(Runner, DestroyReleasesEveryHandleAndGraph) {
   EXPECT_EQ(backend_.live_graphs, 0);
   EXPECT_EQ(backend_.live_states, 0);
   EXPECT_EQ(host_.destroyed, 1);
+}
+
+// ---- the entry's user slot --------------------------------------------------------------
+
+// What the host's release_user was given, in order (the fake host's context is the fake host).
+std::vector<void *> released_user_data;
+
+void RecordUserRelease(void *, void *user) { released_user_data.push_back(user); }
+
+class EntryUser : public Runner {
+protected:
+  void SetUp() override {
+    Runner::SetUp();
+    released_user_data.clear();
+  }
+
+  void CreateReleasingUser() {
+    gf_host table = gf_fake_host_table(&host_);
+    table.release_user = RecordUserRelease;
+    ASSERT_EQ(gf_runner_create(&config_, &table, &backend_.table, &runner_, &err_), GF_OK)
+        << err_.message;
+  }
+
+  // One call that asks which entry served it; the slot (NULL: it ran eager).
+  void **CallServed(const Inputs &inputs, const std::string &key) {
+    void **served = reinterpret_cast<void **>(&served); // anything but NULL: the call must set it
+    gf_call_options options = kDefault;
+    options.entry_user = &served;
+    Result result = Call(inputs.views, options, key);
+    EXPECT_EQ(result.status, GF_OK) << result.message;
+    return served;
+  }
+
+  int a_ = 0, b_ = 0, c_ = 0; // user data the tests store: their addresses
+};
+
+TEST_F(EntryUser, ACaptureServesAnEmptySlotThatLaterHitsOfItsEntryServeAgain) {
+  CreateReleasingUser();
+  Inputs inputs = MakeInputs(1, {4}, 1.0f);
+  void **captured = CallServed(inputs, "a");
+  ASSERT_NE(captured, nullptr);
+  EXPECT_EQ(*captured, nullptr) << "a new entry's slot starts empty";
+  *captured = &a_;
+  void **hit = CallServed(inputs, "a");
+  EXPECT_EQ(hit, captured);
+  EXPECT_EQ(*hit, &a_);
+  void **other = CallServed(inputs, "b");
+  ASSERT_NE(other, nullptr);
+  EXPECT_NE(other, captured);
+  EXPECT_EQ(*other, nullptr);
+  EXPECT_EQ(Stats().captures, 2u);
+  EXPECT_TRUE(released_user_data.empty());
+}
+
+TEST_F(EntryUser, AnEagerCallIsServedByNoEntry) {
+  config_.enabled = 0;
+  CreateReleasingUser();
+  Inputs inputs = MakeInputs(1, {4}, 1.0f);
+  EXPECT_EQ(CallServed(inputs, "a"), nullptr);
+  EXPECT_EQ(Stats().eager_calls, 1u);
+}
+
+TEST_F(EntryUser, EvictionReleasesTheEvictedEntrysData) {
+  config_.max_entries = 1;
+  CreateReleasingUser();
+  Inputs inputs = MakeInputs(1, {4}, 1.0f);
+  *CallServed(inputs, "a") = &a_;
+  *CallServed(inputs, "b") = &b_;
+  EXPECT_EQ(released_user_data, std::vector<void *>{&a_});
+  EXPECT_EQ(Stats().evictions, 1u);
+}
+
+TEST_F(EntryUser, ResetAndDisableReleaseEveryEntrysData) {
+  CreateReleasingUser();
+  Inputs inputs = MakeInputs(1, {4}, 1.0f);
+  *CallServed(inputs, "a") = &a_;
+  *CallServed(inputs, "b") = &b_;
+  gf_runner_reset(runner_);
+  EXPECT_EQ(released_user_data.size(), 2u);
+  *CallServed(inputs, "c") = &c_;
+  gf_runner_disable(runner_, "asked");
+  EXPECT_EQ(released_user_data.size(), 3u);
+  EXPECT_EQ(released_user_data.back(), &c_);
+  DestroyRunner();
+  EXPECT_EQ(released_user_data.size(), 3u) << "nothing was left to release";
+}
+
+TEST_F(EntryUser, DestroyReleasesEveryEntrysData) {
+  CreateReleasingUser();
+  Inputs inputs = MakeInputs(1, {4}, 1.0f);
+  *CallServed(inputs, "a") = &a_;
+  *CallServed(inputs, "b") = &b_;
+  DestroyRunner();
+  EXPECT_EQ(released_user_data.size(), 2u);
+}
+
+TEST_F(EntryUser, WithoutReleaseUserTheCoreLeavesTheDataAlone) {
+  Create();
+  Inputs inputs = MakeInputs(1, {4}, 1.0f);
+  *CallServed(inputs, "a") = &a_;
+  gf_runner_reset(runner_);
+  EXPECT_EQ(Stats().graphs, 0u);
+  EXPECT_TRUE(released_user_data.empty());
 }
 
 } // namespace

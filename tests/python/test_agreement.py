@@ -51,6 +51,53 @@ class SmallForward(torch.nn.Module):
         return out
 
 
+class PairedForward(torch.nn.Module):
+    """out = 2 * (the sum of every rank's x), by an all-reduce each run, so that a rank's run
+    pairs with its peers'; on a rank told to, it then raises an error of its own, every run."""
+
+    def __init__(self, raises: bool) -> None:
+        super().__init__()
+        self.raises = raises
+        self.runs = 0
+
+    def forward(self, *, x):
+        import torch.distributed as dist
+
+        total = x.clone()
+        dist.all_reduce(total)
+        self.runs += 1
+        if self.raises:
+            raise ValueError("the forward's own error")
+        return total * 2
+
+
+def _own_error_worker(rank: int, world_size: int, port: int, plan: str, result_path: str):
+    """Two calls of a forward that raises its own error on the ranks the plan says "raise"."""
+    import torch.distributed as dist
+
+    join_group("gloo", rank, world_size, port, GROUP_TIMEOUT_S)
+    try:
+        module = PairedForward(plan.split(",")[rank] == "raise")
+        gf = graphed.GraphedForward(
+            module, device="cpu", group=dist.group.WORLD, name="own", backend=load_emulated()
+        )
+        calls = []
+        for number in range(2):
+            raised, out = None, None
+            try:
+                out = gf(x=torch.full((ROWS,), float(rank + 1 + number)))
+            except Exception as error:  # noqa: BLE001 - reported to the parent, which judges it
+                raised = f"{type(error).__name__}: {error}"
+            record = {"raised": raised, "runs": module.runs, "stats": gf.stats()}
+            record["out"] = None if out is None else out.tolist()
+            calls.append(record)
+        dist.barrier()
+        report = {"rank": rank, "calls": calls}
+    finally:
+        dist.destroy_process_group()
+    Path(result_path).write_text(json.dumps(report))
+
+
 def _request(device: torch.device, seed: int) -> dict:
     generator = torch.Generator().manual_seed(seed)
     return {
@@ -155,6 +202,31 @@ def test_gloo_ranks_that_both_capture_stay_enabled(tmp_path, backend_choice):
         assert report["calls"][0]["max_abs_error"] <= 1e-6
 
 
+def test_gloo_a_forwards_own_error_on_one_rank_disables_both_and_runs_it_again_eagerly(
+    tmp_path, backend_choice
+):
+    """With a group the forward's own error is a capture failure: both ranks disable, and the
+    eager run after it runs the forward again on both (the raising rank's too, which raises it
+    again to its caller), so that their all-reduces pair; without a group the caller gets it at
+    once (test_graphed_cpu.py, test_the_forwards_own_exception_keeps_its_type_runs_once...)."""
+    reports = _run_ranks(tmp_path, "gloo_own_error", ["fine", "raise"])
+    fine, raising = reports
+    calls = zip(fine["calls"], raising["calls"], strict=True)
+    for number, (fine_call, raising_call) in enumerate(calls):
+        assert raising_call["raised"] == "ValueError: the forward's own error", raising_call
+        assert fine_call["raised"] is None, fine_call
+        expected = 2.0 * ((1 + number) + (2 + number))
+        assert fine_call["out"] == [expected] * ROWS
+        for call in (fine_call, raising_call):
+            assert call["stats"]["enabled"] is False, call
+            assert (call["stats"]["captures"], call["stats"]["graphs"]) == (0, 0), call
+    # The probe, then the eager run after the failed agreement; then one eager run.
+    assert [call["runs"] for call in fine["calls"]] == [2, 3]
+    assert [call["runs"] for call in raising["calls"]] == [2, 3]
+    assert "another rank" in fine["calls"][0]["stats"]["disabled_reason"]
+    assert "forward" in raising["calls"][0]["stats"]["disabled_reason"]
+
+
 @pytest.mark.gpu
 @needs_two_gpus
 def test_nccl_capture_failure_on_one_rank_disables_both(tmp_path):
@@ -182,4 +254,7 @@ def test_nccl_ranks_that_both_capture_stay_enabled(tmp_path):
 
 if __name__ == "__main__" and (arguments := worker_arguments()) is not None:
     rank, world_size, port, result_path, (mode, plan) = arguments
-    _worker(rank, world_size, port, mode, plan, result_path)
+    if mode == "gloo_own_error":
+        _own_error_worker(rank, world_size, port, plan, result_path)
+    else:
+        _worker(rank, world_size, port, mode, plan, result_path)

@@ -176,26 +176,42 @@ def test_keep_alive_with_thirteen_dimensions_is_a_value_error_naming_it(emulated
 # -- what graphed holds stays bounded ----------------------------------------------------------
 
 
+class _Held:
+    """A non-tensor keep_alive object, held by the entry its call captured."""
+
+
 def test_output_templates_and_held_objects_stay_bounded(emulated_backend):
+    """Each entry owns its output template and the held objects of the call that captured it:
+    eviction releases them, hits hold nothing, and reset and disable release the rest."""
     gf = GraphedForward(
-        lambda *, x, n: x + n, device="cpu", backend=emulated_backend, max_entries=2
+        lambda *, x, n: {"y": x + n, "n": n}, device="cpu", backend=emulated_backend, max_entries=2
     )
-
-    class Held:
-        pass
-
     refs = []
     for n in range(200):
-        held = Held()
+        held = _Held()
         refs.append(weakref.ref(held))
-        gf(x=torch.ones(2), n=n, keep_alive=[held])
+        assert gf(x=torch.ones(2), n=n, keep_alive=[held])["n"] == n
         del held
     for _ in range(50):  # hits
-        held = Held()
+        held = _Held()
         refs.append(weakref.ref(held))
-        gf(x=torch.ones(2), n=199, keep_alive=[held])
+        assert gf(x=torch.ones(2), n=199, keep_alive=[held])["n"] == 199
         del held
     gc.collect()
-    templates = sum(len(shapes) for shapes in gf._call_state.templates.values())
-    assert templates <= 2 * 2 + 16 + 1
-    assert sum(ref() is not None for ref in refs) <= templates + 1
+    alive = [index for index, ref in enumerate(refs) if ref() is not None]
+    assert alive == [198, 199]  # the two resident entries' captures
+    stats = gf.stats()
+    assert (stats["graphs"], stats["evictions"], stats["replays"]) == (2, 198, 250)
+    gf.reset()
+    gc.collect()
+    assert all(ref() is None for ref in refs)
+
+    held = _Held()
+    kept = weakref.ref(held)
+    gf(x=torch.ones(2), n=0, keep_alive=[held])
+    del held
+    gc.collect()
+    assert kept() is not None
+    gf.disable("asked")
+    gc.collect()
+    assert kept() is None

@@ -203,7 +203,7 @@ def test_call_state_is_a_named_type_set_only_during_a_call():
     torch.testing.assert_close(python["y"], x * 3, rtol=0, atol=0)
     assert [kind for kind, _ in seen] == [dict, type(flatten_kwargs({})[2])]
     assert seen[0][1].startswith(b"F") and seen[1][1].startswith(b"V")
-    assert set(state.templates) == {seen[0][1], seen[1][1]}
+    assert fast["n"] == 1 and python["n"] == 1  # each call rebuilt from its own template
     assert state.tree is None and state.key == b""
 
 
@@ -239,8 +239,9 @@ def test_nested_calls_put_the_outer_call_state_back(outer_path, inner_path):
     torch.testing.assert_close(out["out"], x * 6, rtol=0, atol=0)
     torch.testing.assert_close(out["other"], x + 1, rtol=0, atol=0)
     assert keys_after == [True]
-    # Only the outer call's template: the nested call of the same instance runs eager.
-    assert len(gf._call_state.templates) == 1
+    # Only the outer call reached the core: the nested call of the same instance ran eager in
+    # Python, and the outer call's output was rebuilt from its own forward's template.
+    assert gf.stats()["eager_calls"] == 1
     assert gf._call_state.tree is None and inner_gf._call_state.tree is None
 
 
