@@ -47,8 +47,10 @@ bool agree_over_group(const std::string &group_name, c10::Device device, bool ok
     TORCH_CHECK(false, "graphed: the process group '", group_name,
                 "' is no longer registered (destroyed?); a runner cannot agree over it");
   }
-  const bool on_device =
-      !device.is_cpu() && !agreement.group->hasBackendForDeviceType(c10::DeviceType::CPU);
+  // The device's collectives when the group's backend is the device's own (what
+  // dist.get_backend(group) names), else the CPU's: a "cpu:gloo,cuda:nccl" group agrees on gloo.
+  const std::string backend = agreement.group->getBackendName();
+  const bool on_device = !device.is_cpu() && (backend == "nccl" || backend == "xccl");
   agreement.flag = at::full({1}, ok ? 1 : 0,
                             at::TensorOptions().dtype(at::kInt).device(
                                 on_device ? device : c10::Device(c10::DeviceType::CPU)));

@@ -14,9 +14,9 @@
 namespace graphed {
 
 // The MIN of `ok` over the ranks of the process group registered under `group_name`: on `device`
-// when the group has no CPU backend (NCCL, XCCL), else on the CPU. Waits with the interpreter's
-// lock released (gf_shim_interpreter_lock.h). Throws a c10::Error naming the group when it is no
-// longer registered (destroyed) or the collective fails.
+// when the group's backend is a device's (NCCL, XCCL), else on the CPU. Waits with the
+// interpreter's lock released (gf_shim_interpreter_lock.h). Throws a c10::Error naming the group
+// when it is no longer registered (destroyed) or the collective fails.
 bool agree_over_group(const std::string &group_name, c10::Device device, bool ok);
 
 } // namespace graphed

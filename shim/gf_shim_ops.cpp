@@ -116,8 +116,12 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
                                               std::string(*backend_name).c_str(), why));
     }
   }
-  auto *context = new HostContext{find_operator(std::string(forward_op), "forward"), std::nullopt,
-                                  std::string(name), std::nullopt};
+  auto *context = new HostContext{find_operator(std::string(forward_op), "forward"),
+                                  std::nullopt,
+                                  std::string(name),
+                                  std::nullopt,
+                                  std::nullopt,
+                                  device};
   try {
     if (agree_op.has_value() && !agree_op->empty()) {
       context->agree_op = find_operator(std::string(*agree_op), "agreement");
