@@ -119,17 +119,9 @@ static void gf_xpu_ze_resolve_graph_functions(gf_xpu_ze *ze) {
   }
 }
 
-gf_status gf_xpu_ze_open(const char *loader_name, gf_xpu_ze *ze, gf_error *err) {
-  memset(ze, 0, sizeof *ze);
-  ze->loader = dlopen(loader_name, RTLD_LAZY | RTLD_LOCAL);
-  if (ze->loader == NULL) {
-    return gf_error_set(err, GF_ERR_NOT_FOUND, "the Level Zero loader (%s) is not installed",
-                        loader_name);
-  }
-  gf_status status = gf_xpu_ze_load_api(ze->loader, &ze->api, err);
-  if (status != GF_OK) {
-    return status; /* the loader stays open: see gf_xpu_ze.loader */
-  }
+/* The first driver with a GPU device into ze->driver; an old driver is refused only if no other
+ * serves. */
+static gf_status gf_xpu_ze_pick_driver(gf_xpu_ze *ze, gf_error *err) {
   ze_result_t result = ze->api.Init(ZE_INIT_FLAG_GPU_ONLY);
   uint32_t driver_count = 0;
   if (result == ZE_RESULT_SUCCESS) {
@@ -148,7 +140,6 @@ gf_status gf_xpu_ze_open(const char *loader_name, gf_xpu_ze *ze, gf_error *err) 
   if (result != ZE_RESULT_SUCCESS) {
     return gf_error_set(err, GF_ERR_BACKEND, "zeDriverGet failed (result 0x%x)", (unsigned)result);
   }
-  /* The first driver with a GPU device; an old driver is refused only if no other serves. */
   char refused[256] = "";
   for (uint32_t d = 0; d < driver_count && ze->driver == NULL; ++d) {
     ze_api_version_t version = 0;
@@ -180,7 +171,12 @@ gf_status gf_xpu_ze_open(const char *loader_name, gf_xpu_ze *ze, gf_error *err) 
                         "the Level Zero GPU driver reports no device (%u driver(s))",
                         (unsigned)driver_count);
   }
-  result = ze->api.DeviceGet(ze->driver, &ze->device_count, ze->devices);
+  return GF_OK;
+}
+
+/* The chosen driver's devices, their properties and graph flags. */
+static gf_status gf_xpu_ze_read_devices(gf_xpu_ze *ze, gf_error *err) {
+  ze_result_t result = ze->api.DeviceGet(ze->driver, &ze->device_count, ze->devices);
   if (result != ZE_RESULT_SUCCESS) {
     return gf_error_set(err, GF_ERR_BACKEND, "zeDeviceGet failed (result 0x%x)", (unsigned)result);
   }
@@ -203,6 +199,27 @@ gf_status gf_xpu_ze_open(const char *loader_name, gf_xpu_ze *ze, gf_error *err) 
                           (unsigned)result);
     }
     ze->graph_flags[i] = graph.graphFlags;
+  }
+  return GF_OK;
+}
+
+gf_status gf_xpu_ze_open(const char *loader_name, gf_xpu_ze *ze, gf_error *err) {
+  memset(ze, 0, sizeof *ze);
+  ze->loader = dlopen(loader_name, RTLD_LAZY | RTLD_LOCAL);
+  if (ze->loader == NULL) {
+    return gf_error_set(err, GF_ERR_NOT_FOUND, "the Level Zero loader (%s) is not installed",
+                        loader_name);
+  }
+  /* On failure the loader stays open: see gf_xpu_ze.loader. */
+  gf_status status = gf_xpu_ze_load_api(ze->loader, &ze->api, err);
+  if (status == GF_OK) {
+    status = gf_xpu_ze_pick_driver(ze, err);
+  }
+  if (status == GF_OK) {
+    status = gf_xpu_ze_read_devices(ze, err);
+  }
+  if (status != GF_OK) {
+    return status;
   }
   ze->graph_extension = gf_xpu_ze_graph_extension(ze);
   if (ze->graph_extension != 0) {
