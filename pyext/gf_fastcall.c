@@ -43,6 +43,8 @@
 
 #include "gf_call_state.h"
 #include "gf_fastcall_torch.h"
+#include "gf_host.h"
+#include "gf_tensor.h"
 #include "gf_walker.h"
 
 #include <stdint.h>
@@ -571,7 +573,13 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
       PyModule_AddObjectRef(module, "FALLBACK", gf_fallback) != 0 ||
       PyModule_AddObjectRef(module, "REENTERED", gf_reentered) != 0 ||
       PyModule_AddObjectRef(module, "PLACEHOLDER", gf_placeholder) != 0 ||
-      PyModule_AddObjectRef(module, "CallState", (PyObject *)&gf_call_state_type) != 0) {
+      PyModule_AddObjectRef(module, "CallState", (PyObject *)&gf_call_state_type) != 0 ||
+      /* The core's numbers Python reads, named here once (graphed._forward, graphed._phases). */
+      PyModule_AddIntConstant(module, "MAX_DIMS", GF_MAX_DIMS) != 0 ||
+      PyModule_AddIntConstant(module, "PHASE_EAGER", GF_PHASE_EAGER) != 0 ||
+      PyModule_AddIntConstant(module, "PHASE_PROBE", GF_PHASE_PROBE) != 0 ||
+      PyModule_AddIntConstant(module, "PHASE_WARMUP", GF_PHASE_WARMUP) != 0 ||
+      PyModule_AddIntConstant(module, "PHASE_CAPTURE", GF_PHASE_CAPTURE) != 0) {
     Py_DECREF(module);
     return NULL;
   }

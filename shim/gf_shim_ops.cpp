@@ -255,6 +255,16 @@ void forward_kernel(const c10::OperatorHandle &, torch::jit::Stack *stack) {
   }
 }
 
+// The names of stats' counters, in the order stats_op packs them: Python reads them through
+// stat_names, so the order is written here only.
+const char *const kStatNames[] = {"graphs",     "pinned",    "captures",
+                                  "replays",    "evictions", "eager_calls",
+                                  "pool_bytes", "enabled",   "graph_bytes"};
+
+std::vector<std::string> stat_names_op() {
+  return std::vector<std::string>(std::begin(kStatNames), std::end(kStatNames));
+}
+
 std::tuple<std::vector<int64_t>, std::string, std::string> stats_op(int64_t runner_id) {
   std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
   std::lock_guard<std::recursive_mutex> guard(slot->mutex);
@@ -269,6 +279,7 @@ std::tuple<std::vector<int64_t>, std::string, std::string> stats_op(int64_t runn
                                 stats.pool_bytes,
                                 stats.enabled,
                                 stats.graph_bytes};
+  static_assert(sizeof kStatNames / sizeof kStatNames[0] == 9, "a name for every counter");
   return {counters, gf_runner_backend_name(slot->runner), gf_runner_disabled_reason(slot->runner)};
 }
 
@@ -357,6 +368,7 @@ TORCH_LIBRARY(graphed, m) {
   m.impl("forward", c10::DispatchKey::CompositeExplicitAutograd,
          torch::CppFunction::makeFromBoxedFunction<&graphed::forward_kernel>());
   m.def("stats(int runner) -> (int[], str, str)", &graphed::stats_op);
+  m.def("stat_names() -> str[]", &graphed::stat_names_op);
   m.def("disable(int runner, str reason) -> ()", &graphed::disable_op);
   m.def("reset(int runner) -> ()", &graphed::reset_op);
   m.def("destroy(int runner) -> ()", &graphed::destroy_op);

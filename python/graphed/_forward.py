@@ -6,6 +6,7 @@ walked in C; the others are flattened here (graphed._tree) and go through the di
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import itertools
 import logging
@@ -39,16 +40,7 @@ _NO_HELD: tuple = ()
 _NO_KEEP_ALIVE: list = []
 # Bound once: the call path reads it on every call (torch.compile recognises the function).
 _is_compiling = torch.compiler.is_compiling
-_MAX_DIMS = 12
-_STAT_NAMES = (
-    "graphs",
-    "pinned",
-    "captures",
-    "replays",
-    "evictions",
-    "eager_calls",
-    "pool_bytes",
-)
+_MAX_DIMS = _fastcall.MAX_DIMS
 _ENTRY_FIELDS = (
     "key",
     "shapes",
@@ -68,12 +60,17 @@ def _is_callers_error(raised: BaseException) -> bool:
     return not isinstance(raised, RuntimeError) or isinstance(raised, torch.OutOfMemoryError)
 
 
+@functools.cache
+def _stat_names() -> tuple[str, ...]:
+    """The names of torch.ops.graphed.stats' counters, in their order (named once, in the shim)."""
+    return tuple(torch.ops.graphed.stat_names())
+
+
 def runner_stats(runner_id: int) -> dict[str, Any]:
     """stats() of any runner id (GraphedForward and graphed.Runner share it)."""
     counters, backend, reason = torch.ops.graphed.stats(runner_id)
-    stats: dict[str, Any] = dict(zip(_STAT_NAMES, counters[: len(_STAT_NAMES)], strict=True))
-    stats["enabled"] = bool(counters[len(_STAT_NAMES)])
-    stats["graph_bytes"] = counters[len(_STAT_NAMES) + 1]
+    stats: dict[str, Any] = dict(zip(_stat_names(), counters, strict=True))
+    stats["enabled"] = bool(stats["enabled"])
     stats["backend"] = backend
     stats["disabled_reason"] = reason or None
     return stats

@@ -30,7 +30,13 @@ from typing import Any
 
 import torch
 
-PHASE_EAGER, PHASE_PROBE, PHASE_WARMUP, PHASE_CAPTURE = range(4)
+from ._native import _graphed_fastcall as _fastcall
+
+# Why the core runs a forward (ops/gf_host.h's gf_forward_phase), named once, by the extension.
+PHASE_EAGER = _fastcall.PHASE_EAGER
+PHASE_PROBE = _fastcall.PHASE_PROBE
+PHASE_WARMUP = _fastcall.PHASE_WARMUP
+PHASE_CAPTURE = _fastcall.PHASE_CAPTURE
 
 # What torch's sync-debug mode "warn" says for each synchronizing operator.
 _SYNC_WARNING = "called a synchronizing CUDA operation"
