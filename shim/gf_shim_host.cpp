@@ -173,9 +173,26 @@ void host_notify(void *context, const gf_event *event) {
   if (!host->observer_op.has_value()) {
     return;
   }
-  static const char *const kinds[] = {"captured", "evicted", "disabled", "churn"};
+  const char *kind = nullptr;
+  switch (event->kind) {
+  case GF_EVENT_CAPTURED:
+    kind = "captured";
+    break;
+  case GF_EVENT_EVICTED:
+    kind = "evicted";
+    break;
+  case GF_EVENT_DISABLED:
+    kind = "disabled";
+    break;
+  case GF_EVENT_CHURN:
+    kind = "churn";
+    break;
+  }
+  if (kind == nullptr) {
+    return; // a kind this shim does not know yet: said to no observer, never as another kind
+  }
   try {
-    tell_observer(*host, kinds[event->kind & 3], *event);
+    tell_observer(*host, kind, *event);
   } catch (...) {
     // An observer that fails loses its log line; the call itself goes on.
   }

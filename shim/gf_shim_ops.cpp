@@ -1,25 +1,8 @@
-// Registers the graphed operators with the dispatcher. This is the only place where a core status
-// becomes a torch error: ValueError for bad values, TypeError for wrong kinds, RuntimeError for the
-// rest. Schemas:
-//   create(str name, str forward_op, Device device, int max_entries=16, int warmup_iters=2,
-//          bool enabled=True, str? agree_op=None, str? observer_op=None,
-//          str? group_name=None, str? backend=None) -> int
-//                                               group_name: a process group's registered name,
-//                                               agreed over by the shim itself; backend: any
-//                                               registered backend by name (tests: "emulated",
-//                                               from the test plugin), None the one chosen at load
-//   forward(int runner, str key, Tensor[] inputs, Tensor[]? keep_alive=None, bool pin=False,
-//           bool static_outputs=False) -> Tensor[]
-//   stats(int runner) -> (int[], str, str)      counters, backend name, disabled reason
-//   entries(int runner) -> (str[] key_hex, str[] shapes, int[] replays, int[] static_bytes,
-//                           int[] device_bytes, int[] pinned, int[] folded, int[] written_back)
-//   disable(int runner, str reason) -> ()
-//   reset(int runner) -> ()
-//   destroy(int runner) -> ()                   ValueError for an id that is not live
-//   backend() -> str[]                          the backend chosen at load and why
-//   entry_replays(int runner, str key, Tensor[] inputs) -> int
-//   forward_phase() -> int                      why the host runs the forward on this thread:
-//                                               0 eager, 1 probe, 2 warm-up, 3 capture
+// Registers the graphed operators with the dispatcher (their schemas: the TORCH_LIBRARY block at
+// the end of this file, the one copy; docs/api.md explains each). A core status becomes a torch
+// error here (raise_status) by the one mapping the CPython entry shares
+// (graphed::error_kind_of, gf_torch_errors.h): ValueError for bad values, TypeError for wrong
+// kinds, RuntimeError for the rest.
 #include "gf_shim_call.h"
 #include "gf_shim_host.h"
 #include "gf_shim_interpreter_lock.h"
