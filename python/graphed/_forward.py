@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 import torch
 
 from . import _groups, _library, _observe, _phases
+from ._device_hooks import hooks_for
 from ._native import _graphed_fastcall as _fastcall
 from ._tree import flatten_kwargs, flatten_output, rebuild_output, unflatten
 
@@ -270,8 +271,9 @@ class GraphedForward:
             raise TypeError("capture_context must be a callable returning a context manager")
         self.module = module
         self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None and torch.cuda.is_available():
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self._hooks = hooks_for(self.device.type)
+        if self.device.index is None and self._hooks.current_index() is not None:
+            self.device = torch.device(self.device.type, self._hooks.current_index())
         self.name = name
         self.group = group
         self._capture_context = capture_context
@@ -291,8 +293,7 @@ class GraphedForward:
         # With a group, the shim agrees over it by its registered name (see graphed._groups).
         group_name = _groups.group_name_of(group) if group is not None else None
         self._log, observer_op = _observe.observer_for(name)
-        if self.device.type == "cuda":
-            _phases.install_capture_awareness()
+        self._hooks.on_runner_created()
         self._id = torch.ops.graphed.create(
             name,
             self._forward_op,
@@ -441,11 +442,7 @@ class GraphedForward:
         return contextlib.nullcontext()
 
     def _outer_capture_active(self) -> bool:
-        return (
-            self.device.type == "cuda"
-            and torch.cuda.is_available()
-            and torch.cuda.is_current_stream_capturing()
-        )
+        return self._hooks.outer_capture_active()
 
     @staticmethod
     def _split_keep_alive(keep_alive: Any) -> tuple[list[torch.Tensor], tuple]:

@@ -1,12 +1,10 @@
 """The seed's platform API: `get_graphed_forward_cls()` returns the GraphedForward class for the
 current platform, as the serving stack picks it, and `XPUGraphedForward` is the Intel GPU one.
 
-XPUGraphedForward is a subclass of GraphedForward that changes only the device hooks of the
-Python layer: the default device index and the outer-capture check (torch.xpu's); the
-rank-agreement all-reduce picks the device of an XCCL group by itself (shim/gf_shim_group.h). It
-is not "the same class bound to the XPU backend" because
-the native backend is chosen once per process at load (CUDA, then XPU, then none) and is not a
-per-object choice; what differs per platform in Python is only these hooks."""
+XPUGraphedForward is a subclass of GraphedForward that changes only the default device ("xpu");
+what differs per platform in the Python layer (the current index, the outer-capture check) is the
+device's record in graphed._device_hooks, which GraphedForward reads for any device, and the
+rank-agreement all-reduce picks the device of an XCCL group by itself (shim/gf_shim_group.h)."""
 
 from __future__ import annotations
 
@@ -36,19 +34,7 @@ class XPUGraphedForward(GraphedForward):
     """
 
     def __init__(self, module: Callable[..., Any], *, device: Any = "xpu", **options: Any) -> None:
-        device = torch.device(device)
-        if device.type == "xpu" and device.index is None and _xpu_available():
-            device = torch.device("xpu", torch.xpu.current_device())
         super().__init__(module, device=device, **options)
-
-    def _outer_capture_active(self) -> bool:
-        capturing = getattr(torch.xpu, "is_current_stream_capturing", None)
-        return (
-            self.device.type == "xpu"
-            and capturing is not None
-            and _xpu_available()
-            and bool(capturing())
-        )
 
 
 def get_graphed_forward_cls() -> type[GraphedForward]:
