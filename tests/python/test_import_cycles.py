@@ -172,3 +172,63 @@ def test_two_modules_of_one_name_are_an_error(tmp_path: Path):
         (tmp_path / folder / "timing.py").write_text("")
     with pytest.raises(ValueError, match="two modules named timing"):
         import_graph(tmp_path, {"bench": False, "tests": False})
+
+
+# -- C and C++ includes -----------------------------------------------------------------------
+
+C_FOLDERS = (
+    "ops",
+    "backends",
+    "shim",
+    "pyext",
+    "tests/core",
+    "tests/op",
+    "tests/plugin",
+    "tests/xpu",
+)
+C_SUFFIXES = {".c", ".h", ".cc", ".cpp", ".cu"}
+
+
+def include_graph(root: Path) -> dict[str, set[str]]:
+    """The graph of the tree's own `#include "file"` edges among its C, C++ and CUDA files, each
+    named by its path below `root`; an include resolves in the including file's folder first,
+    then by file name anywhere in the tree (the build's include directories are those folders)."""
+    files = [
+        path
+        for folder in C_FOLDERS
+        for path in sorted((root / folder).rglob("*"))
+        if path.suffix in C_SUFFIXES
+    ]
+    by_name: dict[str, list[Path]] = {}
+    for path in files:
+        by_name.setdefault(path.name, []).append(path)
+    graph: dict[str, set[str]] = {}
+    for path in files:
+        edges = graph.setdefault(str(path.relative_to(root)), set())
+        for line in path.read_text(errors="replace").splitlines():
+            stripped = line.strip()
+            if not stripped.startswith("#include") or '"' not in stripped:
+                continue
+            included = stripped.split('"')[1]
+            beside = path.parent / included
+            target = beside if beside.is_file() else None
+            if target is None and len(by_name.get(Path(included).name, [])) == 1:
+                target = by_name[Path(included).name][0]
+            if target is not None:
+                edges.add(str(target.resolve().relative_to(root.resolve())))
+    return graph
+
+
+def test_the_tree_has_no_include_cycle():
+    cycle = find_cycle(include_graph(ROOT))
+    assert cycle is None, "include cycle: " + " -> ".join(cycle)
+
+
+def test_the_include_graph_sees_an_include_cycle(tmp_path: Path):
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "a.h").write_text('#pragma once\n#include "b.h"\n')
+    (tmp_path / "ops" / "b.h").write_text('#pragma once\n#include "a.h"\n')
+    (tmp_path / "ops" / "c.c").write_text('#include "a.h"\n')
+    graph = include_graph(tmp_path)
+    assert graph["ops/c.c"] == {"ops/a.h"}
+    assert find_cycle(graph) == ["ops/a.h", "ops/b.h", "ops/a.h"]
