@@ -292,6 +292,16 @@ using EntryRows = std::tuple<std::vector<std::string>, std::vector<std::string>,
                              std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
                              std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
 
+// The names of entries' columns, in their order: Python reads them through entry_fields.
+const char *const kEntryFields[] = {"key",          "shapes", "replays", "static_bytes",
+                                    "device_bytes", "pinned", "folded",  "written_back"};
+static_assert(sizeof kEntryFields / sizeof kEntryFields[0] == std::tuple_size<EntryRows>::value,
+              "a name for every column");
+
+std::vector<std::string> entry_fields_op() {
+  return std::vector<std::string>(std::begin(kEntryFields), std::end(kEntryFields));
+}
+
 void add_entry_row(void *context, const gf_entry_info *info) {
   auto &rows = *static_cast<EntryRows *>(context);
   static const char digits[] = "0123456789abcdef";
@@ -360,4 +370,5 @@ TORCH_LIBRARY(graphed, m) {
   m.def("forward_phase() -> int", &graphed::forward_phase_op);
   m.def("entries(int runner) -> (str[], str[], int[], int[], int[], int[], int[], int[])",
         &graphed::entries_op);
+  m.def("entry_fields() -> str[]", &graphed::entry_fields_op);
 }

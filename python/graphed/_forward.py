@@ -42,16 +42,6 @@ _NO_KEEP_ALIVE: list = []
 # Bound once: the call path reads it on every call (torch.compile recognises the function).
 _is_compiling = torch.compiler.is_compiling
 _MAX_DIMS = _fastcall.MAX_DIMS
-_ENTRY_FIELDS = (
-    "key",
-    "shapes",
-    "replays",
-    "static_bytes",
-    "device_bytes",
-    "pinned",
-    "folded",
-    "written_back",
-)
 
 
 def _is_callers_error(raised: BaseException) -> bool:
@@ -67,6 +57,12 @@ def _stat_names() -> tuple[str, ...]:
     return tuple(torch.ops.graphed.stat_names())
 
 
+@functools.cache
+def _entry_fields() -> tuple[str, ...]:
+    """The names of torch.ops.graphed.entries' columns, in their order (named once, in the shim)."""
+    return tuple(torch.ops.graphed.entry_fields())
+
+
 def runner_stats(runner_id: int) -> dict[str, Any]:
     """stats() of any runner id (GraphedForward and graphed.Runner share it)."""
     counters, backend, reason = torch.ops.graphed.stats(runner_id)
@@ -80,7 +76,8 @@ def runner_stats(runner_id: int) -> dict[str, Any]:
 def runner_entries(runner_id: int) -> list[dict[str, Any]]:
     """entries() of any runner id."""
     columns = torch.ops.graphed.entries(runner_id)
-    rows = [dict(zip(_ENTRY_FIELDS, row, strict=True)) for row in zip(*columns, strict=True)]
+    fields = _entry_fields()
+    rows = [dict(zip(fields, row, strict=True)) for row in zip(*columns, strict=True)]
     for row in rows:
         row["pinned"] = bool(row["pinned"])
         row["folded"] = bool(row["folded"])
