@@ -91,8 +91,10 @@ if ((want_tests)); then # the Level Zero backend's build and its tests; the demo
   deb_installed libze1 || optional+=(libze1)
 fi
 
-# apt-get runs as root: directly when this is root, else through sudo where there is one.
+# apt-get runs as root: directly when this is root, else through sudo where there is one; the
+# package lists are updated once per run.
 sudo=()
+apt_updated=0
 if ((EUID != 0)) && command -v sudo >/dev/null 2>&1; then
   sudo=(sudo)
 fi
@@ -114,6 +116,7 @@ if ((${#missing[@]} + ${#optional[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     log "apt-get update"
     run_logged /tmp/graphed-apt-update.log "${sudo[@]}" apt-get update -q
+    apt_updated=1
     if ((${#missing[@]})); then
       log "apt-get install ${missing[*]}"
       run_logged /tmp/graphed-apt-install.log \
@@ -205,7 +208,8 @@ install_xpu_test_tools() {
   done
   if ((${#xpu_debs[@]})) && command -v apt-get >/dev/null 2>&1; then
     log "apt-get install ${xpu_debs[*]} (xpu tests)"
-    if (export DEBIAN_FRONTEND=noninteractive; "${sudo[@]}" apt-get update -q &&
+    if (export DEBIAN_FRONTEND=noninteractive
+      { ((apt_updated)) || "${sudo[@]}" apt-get update -q; } &&
       "${sudo[@]}" apt-get install -y -q --no-install-recommends "${xpu_debs[@]}") \
       >/tmp/graphed-apt-xpu.log 2>&1; then
       export GRAPHED_SETUP_FORCE_CONFIGURE=1 # CMake finds the new tools

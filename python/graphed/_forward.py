@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 import torch
 
 from . import _groups, _library, _observe, _phases
-from ._device_hooks import hooks_for
+from ._device_hooks import hooks_for, resolve_device
 from ._native import _graphed_fastcall as _fastcall
 from ._tree import flatten_kwargs, flatten_output, rebuild_output, unflatten
 
@@ -52,21 +52,16 @@ def _is_callers_error(raised: BaseException) -> bool:
 
 
 @functools.cache
-def _stat_names() -> tuple[str, ...]:
-    """The names of torch.ops.graphed.stats' counters, in their order (named once, in the shim)."""
-    return tuple(torch.ops.graphed.stat_names())
-
-
-@functools.cache
-def _entry_fields() -> tuple[str, ...]:
-    """The names of torch.ops.graphed.entries' columns, in their order (named once, in the shim)."""
-    return tuple(torch.ops.graphed.entry_fields())
+def _names_from(op_name: str) -> tuple[str, ...]:
+    """The names an operator gives its results' positions (stat_names: stats' counters;
+    entry_fields: entries' columns), in their order: named once, in the shim."""
+    return tuple(getattr(torch.ops.graphed, op_name)())
 
 
 def runner_stats(runner_id: int) -> dict[str, Any]:
     """stats() of any runner id (GraphedForward and graphed.Runner share it)."""
     counters, backend, reason = torch.ops.graphed.stats(runner_id)
-    stats: dict[str, Any] = dict(zip(_stat_names(), counters, strict=True))
+    stats: dict[str, Any] = dict(zip(_names_from("stat_names"), counters, strict=True))
     stats["enabled"] = bool(stats["enabled"])
     stats["backend"] = backend
     stats["disabled_reason"] = reason or None
@@ -76,7 +71,7 @@ def runner_stats(runner_id: int) -> dict[str, Any]:
 def runner_entries(runner_id: int) -> list[dict[str, Any]]:
     """entries() of any runner id."""
     columns = torch.ops.graphed.entries(runner_id)
-    fields = _entry_fields()
+    fields = _names_from("entry_fields")
     rows = [dict(zip(fields, row, strict=True)) for row in zip(*columns, strict=True)]
     for row in rows:
         row["pinned"] = bool(row["pinned"])
@@ -190,17 +185,8 @@ def _placements(module: torch.nn.Module) -> tuple:
     )
 
 
-def _resolved(device: torch.device) -> torch.device:
-    """`device` with the current index of its kind where it names none ("cuda" -> "cuda:1")."""
-    if device.index is None and device.type != "cpu":
-        kind = getattr(torch, device.type, None)
-        if kind is not None and getattr(kind, "is_available", lambda: False)():
-            return torch.device(device.type, kind.current_device())
-    return device
-
-
 def _same_device(target: torch.device, runner: torch.device) -> bool:
-    target, runner = _resolved(target), _resolved(runner)
+    target, runner = resolve_device(target), resolve_device(runner)
     if target.type != runner.type:
         return False
     if target.type == "cpu" or target.index is None or runner.index is None:
@@ -267,10 +253,8 @@ class GraphedForward:
         if capture_context is not None and not callable(capture_context):
             raise TypeError("capture_context must be a callable returning a context manager")
         self.module = module
-        self.device = torch.device(device)
+        self.device = resolve_device(torch.device(device))
         self._hooks = hooks_for(self.device.type)
-        if self.device.index is None and self._hooks.current_index() is not None:
-            self.device = torch.device(self.device.type, self._hooks.current_index())
         self.name = name
         self.group = group
         self._capture_context = capture_context

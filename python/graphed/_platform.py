@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ._device_hooks import xpu_available
 from ._forward import GraphedForward
 from ._library import backend
 
@@ -20,11 +21,6 @@ __all__ = ["CUDAGraphedForward", "XPUGraphedForward", "get_graphed_forward_cls"]
 
 #: The CUDA class is GraphedForward itself (its hooks are CUDA's).
 CUDAGraphedForward = GraphedForward
-
-
-def _xpu_available() -> bool:
-    xpu = getattr(torch, "xpu", None)
-    return xpu is not None and xpu.is_available()
 
 
 class XPUGraphedForward(GraphedForward):
@@ -46,6 +42,6 @@ def get_graphed_forward_cls() -> type[GraphedForward]:
         return XPUGraphedForward
     if name == "cuda" or torch.cuda.is_available():
         return CUDAGraphedForward
-    if _xpu_available():
+    if xpu_available():
         return XPUGraphedForward
     return CUDAGraphedForward
