@@ -124,10 +124,16 @@ void word_input_error(const at::Tensor &input, const std::string &subject,
   try {
     const std::string device = input.device().str();
     const std::string runner = runner_device.str();
+    // A CPU input is what pipelines pass (rotary tables built on the host): the option that
+    // stages those is named where the refusal is read.
+    const char *option = input.device().is_cpu() && !runner_device.is_cpu()
+                             ? ", or let GraphedForward(..., cpu_inputs='to_device') copy CPU "
+                               "inputs there for a forward that moves them itself"
+                             : "";
     std::snprintf(err->message, sizeof err->message,
                   "graphed: %s is on %s; the runner is on %s: move the tensor there before the "
-                  "call (tensor.to('%s'))",
-                  subject.c_str(), device.c_str(), runner.c_str(), runner.c_str());
+                  "call (tensor.to('%s'))%s",
+                  subject.c_str(), device.c_str(), runner.c_str(), runner.c_str(), option);
   } catch (...) {
     // Out of memory for two short strings: the core's message stays, in the core's words.
   }

@@ -96,6 +96,44 @@ def _check_reserved(module: Any) -> None:
         )
 
 
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+CPU_INPUT_CHOICES = ("refuse", "to_device")
+
+
+def _signature_of_forward(module: Any) -> inspect.Signature | None:
+    """The signature calls are bound to: the forward of an nn.Module (of the module torch.compile
+    wrapped, whose own forward takes *args), else the callable's own; None where Python cannot
+    say (a builtin)."""
+    target = getattr(module, "_orig_mod", module)
+    forward = getattr(target, "forward", target)
+    try:
+        return inspect.signature(forward)
+    except (TypeError, ValueError):
+        return None
+
+
+def _positional_names(module: Any) -> tuple[tuple[str, ...], str | None]:
+    """The names positional arguments bind to, in order, and why a positional argument past them
+    cannot be keyed (None when nothing stops it: there are simply too many)."""
+    signature = _signature_of_forward(module)
+    if signature is None:
+        return (), "its forward's signature cannot be read"
+    names: list[str] = []
+    for parameter in signature.parameters.values():
+        if parameter.kind == inspect.Parameter.POSITIONAL_ONLY:
+            return tuple(names), (
+                f"its forward's parameter {parameter.name!r} is positional-only, and graphed calls "
+                "the forward with keywords"
+            )
+        if parameter.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            names.append(parameter.name)
+        elif parameter.kind == inspect.Parameter.VAR_POSITIONAL:
+            return tuple(names), (
+                f"its forward takes *{parameter.name}, which has no names to key the arguments by"
+            )
+    return tuple(names), None
+
+
 def _check_keep_alive(tensors: list[torch.Tensor]) -> None:
     """The Python path's check of keep_alive tensors, the one the C entry makes on the fast path
     (graphed::unsupported_tensor_reason and the dimension limit)."""
@@ -234,6 +272,7 @@ class GraphedForward:
         enabled: bool = True,
         capture_context: Callable[[], contextlib.AbstractContextManager] | None = None,
         backend: str | None = None,
+        cpu_inputs: str = "refuse",
     ) -> None:
         """Wraps `module` (any callable taking keyword arguments) for `device`.
 
@@ -243,9 +282,22 @@ class GraphedForward:
         runs every call eagerly; capture_context, if given, is entered around the forwards graphed
         runs for probe, warm-up and capture. Advanced: `backend` names a registered backend for
         this runner alone (a test plugin's "emulated"); None, the default, is the one chosen at
-        load (graphed.backend())."""
+        load (graphed.backend()).
+
+        Positional arguments are bound to the forward's parameters by name, read from its
+        signature here, and keyed as those keywords. cpu_inputs says what a CPU tensor input of a
+        runner on another device gets: "refuse" (the default: a ValueError naming it, since the
+        forward would see a device tensor where eager sees a CPU one) or "to_device" (copied to
+        the runner's device before the call, for forwards that move such inputs there
+        themselves, as diffusers' rotary embeddings do; eager calls of a disabled runner get the
+        CPU tensors, as without graphed)."""
         _library.load_library()
         _check_reserved(module)
+        if cpu_inputs not in CPU_INPUT_CHOICES:
+            raise ValueError(
+                f"cpu_inputs must be one of {', '.join(map(repr, CPU_INPUT_CHOICES))}, got "
+                f"{cpu_inputs!r}"
+            )
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries must be an int of at least 1, got {max_entries!r}")
         if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
@@ -259,6 +311,8 @@ class GraphedForward:
         self.group = group
         self._capture_context = capture_context
         self._known_disabled = False
+        self._positional_names, self._positional_limit = _positional_names(module)
+        self._inputs_to_device = cpu_inputs == "to_device" and self.device.type != "cpu"
         # The call in flight, set by both C entry points under the runner's lock (see
         # pyext/gf_fastcall.c); each cache entry holds its own output template.
         self._call_state = _fastcall.CallState(rebuild_output)
@@ -318,28 +372,38 @@ class GraphedForward:
             variant, pin, static_outputs = None, False, False
             held_tensors, held_objects = _NO_KEEP_ALIVE, _NO_HELD
         if args:
-            raise TypeError(
-                f"{self.name}: graphed forwards are keyword-only; got {len(args)} positional "
-                "argument(s)"
-            )
+            kwargs = self._bind_positional(args, kwargs)
         if _is_compiling():
             # torch.compile or torch.export is tracing the caller: it sees the module itself
             # (its weights, its operations), with no opaque call in between.
             return self.module(**kwargs)
-        result = _fastcall.call(
-            self._id,
-            kwargs,
-            variant,
-            pin,
-            static_outputs,
-            self._call_state,
-            held_tensors,
-            held_objects,
-        )
+        flat = None
+        try:
+            result = _fastcall.call(
+                self._id,
+                kwargs,
+                variant,
+                pin,
+                static_outputs,
+                self._call_state,
+                held_tensors,
+                held_objects,
+            )
+        except ValueError:
+            # A CPU input is refused before any forward runs; with cpu_inputs="to_device" the
+            # call is made again below with it on the device. Any other error stands.
+            if not self._inputs_to_device:
+                raise
+            flat = flatten_kwargs(kwargs, variant)
+            if not any(tensor.device.type == "cpu" for tensor in flat[0]):
+                raise
+            result = _FALLBACK
         if result is _FALLBACK:
-            tensors, key, spec = flatten_kwargs(kwargs, variant)
+            tensors, key, spec = flat if flat is not None else flatten_kwargs(kwargs, variant)
             if not tensors:
                 return self._eager(kwargs)
+            if self._inputs_to_device:
+                tensors = self._staged_on_device(tensors)
             _check_keep_alive(held_tensors)
             result = _fastcall.call_flat(
                 self._id,
@@ -357,6 +421,39 @@ class GraphedForward:
             # again): eager, as the forward would run without graphed (see gf_fastcall.c).
             return self._eager(kwargs)
         return result
+
+    def _bind_positional(self, args: tuple, kwargs: dict) -> dict:
+        """The kwargs a call with positional arguments makes: each bound to its parameter's name,
+        before the keywords, as Python binds them (so that f(x, t=1) and f(x=x, t=1) share a
+        key)."""
+        names = self._positional_names
+        if len(args) > len(names):
+            raise TypeError(self._positional_refusal(len(args)))
+        bound = dict(zip(names, args, strict=False))
+        if not kwargs.keys().isdisjoint(bound):
+            twice = next(name for name in names if name in bound and name in kwargs)
+            raise TypeError(f"{self.name}: got multiple values for argument {twice!r}")
+        bound.update(kwargs)
+        return bound
+
+    def _positional_refusal(self, given: int) -> str:
+        names = self._positional_names
+        if not names and self._positional_limit is None:
+            return (
+                f"{self.name}: the forward is keyword-only; got {given} positional argument(s): "
+                "pass them by name"
+            )
+        why = self._positional_limit or f"its forward takes {len(names)}"
+        return (
+            f"{self.name}: got {given} positional argument(s), and graphed binds at most "
+            f"{len(names)} ({', '.join(names) or 'none'}): {why}; pass the others by name"
+        )
+
+    def _staged_on_device(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """cpu_inputs="to_device": the CPU tensors of a call, copied to the runner's device."""
+        return [
+            tensor.to(self.device) if tensor.device.type == "cpu" else tensor for tensor in tensors
+        ]
 
     def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The body of the forward operator the core calls for probe, warm-up, capture and eager

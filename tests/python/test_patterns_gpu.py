@@ -164,3 +164,28 @@ def test_a_cpu_tensor_is_refused_by_its_kwarg_path_in_torch_words():
     stats = gf.stats()
     assert stats["enabled"], stats["disabled_reason"]
     assert stats["captures"] == 1
+
+
+def test_cpu_inputs_to_device_stages_what_a_pipeline_passes_on_the_host():
+    """StableAudioPipeline's rotary tables are CPU tensors the model moves itself: with
+    cpu_inputs="to_device" graphed copies them to the device first, bitwise as eager; the default
+    refusal names the option."""
+
+    def forward(x, *, rotary):
+        return x * rotary[0].to(x.device) + rotary[1].to(x.device)
+
+    x = torch.randn(4, device="cuda")
+    for step in range(3):
+        rotary = (torch.randn(4), torch.randn(4))  # new host tensors each step, as the pipeline
+        gf_args = (x,)
+        if step == 0:
+            refusing = GraphedForward(forward, device="cuda")
+            with pytest.raises(ValueError, match="cpu_inputs='to_device'"):
+                refusing(*gf_args, rotary=rotary)
+            staging = GraphedForward(forward, device="cuda", cpu_inputs="to_device")
+        torch.testing.assert_close(
+            staging(*gf_args, rotary=rotary), forward(x, rotary=rotary), rtol=0, atol=0
+        )
+    stats = staging.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert (stats["captures"], stats["replays"]) == (1, 3)
