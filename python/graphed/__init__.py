@@ -5,7 +5,9 @@ Importing the package loads the native plugin, which registers `torch.ops.graphe
 from . import _preflight  # noqa: F401  (first: a missing or mismatched build is one ImportError)
 from ._fake import register_fakes as _register_fakes
 from ._forward import GraphedForward
+from ._generation import GraphedGeneration, graph_generation
 from ._library import backend, library_path, load_library
+from ._pipelines import graph_pipeline, ungraph_pipeline
 from ._platform import CUDAGraphedForward, XPUGraphedForward, get_graphed_forward_cls
 from ._runner import Runner
 from ._tree import clone_static, copy_into, flatten_kwargs, kwargs_signature, unflatten
@@ -17,6 +19,7 @@ _register_fakes()
 __all__ = [
     "CUDAGraphedForward",
     "GraphedForward",
+    "GraphedGeneration",
     "Runner",
     "XPUGraphedForward",
     "backend",
@@ -24,8 +27,11 @@ __all__ = [
     "copy_into",
     "flatten_kwargs",
     "get_graphed_forward_cls",
+    "graph_generation",
+    "graph_pipeline",
     "kwargs_signature",
     "library_path",
     "load_library",
     "unflatten",
+    "ungraph_pipeline",
 ]

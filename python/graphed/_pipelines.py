@@ -1,0 +1,102 @@
+"""graph_pipeline: graphed dropped into a diffusers pipeline (or any object holding nn.Module
+components) without replacing the components themselves.
+
+Assigning `pipe.transformer = GraphedForward(pipe.transformer, ...)` runs, but a GraphedForward is
+not an nn.Module, and DiffusionPipeline looks at its components through isinstance(m, nn.Module):
+`pipe.to(dtype)` skips it (the transformer keeps its dtype while the rest moves), `pipe.dtype` and
+`pipe.device` answer from the other components, the config (model_index.json) records
+graphed's class instead of the model's, and save_pretrained leaves the transformer out. So here
+the component stays in place and only its call goes through a GraphedForward: the slot
+nn.Module.__call__ consults first (`_compiled_call_impl`, the one `nn.Module.compile()` fills)
+gets a small router that sends an outside call to the GraphedForward and the GraphedForward's own
+calls of the module (probe, warm-up, capture, eager) to the module's ordinary call, hooks and all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ._forward import GraphedForward
+
+__all__ = ["graph_pipeline", "ungraph_pipeline"]
+
+
+class _GraphedCall:
+    """What a graphed component's __call__ runs: the GraphedForward for a call from outside, the
+    call the module had before (its compiled one, or its plain _call_impl) for a call the
+    GraphedForward itself makes while it runs the forward (on this thread)."""
+
+    def __init__(self, module: torch.nn.Module, runner: GraphedForward, previous: Any) -> None:
+        self.runner = runner
+        self.previous = previous
+        self._inner = previous if previous is not None else module._call_impl
+        self._inside = threading.local()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self._inside, "active", False):
+            return self._inner(*args, **kwargs)
+        self._inside.active = True
+        try:
+            return self.runner(*args, **kwargs)
+        finally:
+            self._inside.active = False
+
+
+def _device_of(module: torch.nn.Module) -> torch.device:
+    """The device a component computes on: its `device` (diffusers' ModelMixin, transformers'
+    PreTrainedModel), else its first parameter's or buffer's."""
+    device = getattr(module, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
+    raise ValueError("graphed: the component has neither parameters nor buffers; pass device=")
+
+
+def graph_pipeline(
+    pipe: Any, components: Iterable[str] = ("transformer",), **options: Any
+) -> dict[str, GraphedForward]:
+    """Makes each named nn.Module component of `pipe` replay graphs: its calls go through a
+    GraphedForward(component, **options) (device= defaults to the component's device, name= to
+    the component's name), while the component itself stays the pipeline's, so that the registry,
+    `.config`, `.dtype`, `.device`, `pipe.to(...)` and save_pretrained see the model as before.
+    Returns the GraphedForward of each component by name (their stats(), entries(), reset()).
+    A component graphed already is refused; `ungraph_pipeline` undoes this."""
+    names = (components,) if isinstance(components, str) else tuple(components)
+    modules: dict[str, torch.nn.Module] = {}
+    for name in names:
+        module = getattr(pipe, name, None)
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(
+                f"graphed: the pipeline's {name!r} is {type(module).__name__}, not an nn.Module; "
+                "graph_pipeline graphs nn.Module components"
+            )
+        if isinstance(module.__dict__.get("_compiled_call_impl"), _GraphedCall):
+            raise ValueError(f"graphed: the pipeline's {name!r} is graphed already")
+        modules[name] = module
+    runners: dict[str, GraphedForward] = {}
+    for name, module in modules.items():
+        settings = {"name": name, **options}
+        if "device" not in settings:
+            settings["device"] = _device_of(module)
+        runner = GraphedForward(module, **settings)
+        previous = module.__dict__.get("_compiled_call_impl")
+        module._compiled_call_impl = _GraphedCall(module, runner, previous)
+        runners[name] = runner
+    return runners
+
+
+def ungraph_pipeline(pipe: Any, components: Iterable[str] = ("transformer",)) -> None:
+    """Gives each named component its call back (compiled again if it was), dropping its graphs;
+    a component that is not graphed is left as it is."""
+    names = (components,) if isinstance(components, str) else tuple(components)
+    for name in names:
+        module = getattr(pipe, name, None)
+        routed = getattr(module, "__dict__", {}).get("_compiled_call_impl")
+        if isinstance(routed, _GraphedCall):
+            module._compiled_call_impl = routed.previous
+            routed.runner.reset()
