@@ -1,8 +1,9 @@
 /* The CUDA backend's table and the hooks that need no libtorch: runner state, the copy nodes
  * (our own kernel, recorded into each graph as an input node and an output node whose copy tables
  * every replay rewrites, so that a replay is one graph launch whatever the number of tensors),
- * the graph object and the load-time probe. Streams, sync-debug and torch's CUDA graph object are
- * the torch half's (gf_cuda_torch.h); its hook-shaped functions sit in the table directly. */
+ * the graph object, the load-time probe and the tables of shared memory pools. Streams, sync-debug
+ * and torch's CUDA graph object are the torch half's (gf_cuda_torch.h); its hook-shaped functions
+ * sit in the table directly. */
 #include "gf_cuda_backend.h"
 #include "gf_cuda_copy.h"
 #include "gf_cuda_torch.h"
@@ -33,14 +34,16 @@ static cudaStream_t gf_cuda_current_stream(void *state) {
   return gf_cuda_torch_current_stream(((gf_cuda_runner *)state)->torch);
 }
 
+/* context: the memory pool the runner shares (the table of gf_cuda_backend_with_pool), or NULL
+ * for a pool of its own. */
 static gf_status gf_cuda_runner_create(void *context, int device_index, void **state,
                                        gf_error *err) {
-  (void)context;
   gf_cuda_runner *runner = calloc(1, sizeof *runner);
   if (runner == NULL) {
     return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for a CUDA runner");
   }
-  gf_status status = gf_cuda_torch_runner_create(device_index, &runner->torch, err);
+  gf_status status =
+      gf_cuda_torch_runner_create(device_index, (gf_cuda_torch_pool *)context, &runner->torch, err);
   if (status != GF_OK) {
     free(runner);
     return status;
@@ -127,6 +130,10 @@ static gf_status gf_cuda_capture_end(void *context, void *state, int ok, void **
 static gf_status gf_cuda_copy_batch_hook(void *context, void *state, const gf_copy *copies,
                                          size_t count, gf_error *err) {
   (void)context;
+  gf_status ordered = gf_cuda_torch_order_replay(((gf_cuda_runner *)state)->torch, err);
+  if (ordered != GF_OK) {
+    return ordered;
+  }
   int error = gf_cuda_copy_batch(copies, count, gf_cuda_current_stream(state));
   if (error != 0) {
     return gf_error_set(err, GF_ERR_BACKEND, "graphed: the batched copy failed to launch: %s",
@@ -137,7 +144,10 @@ static gf_status gf_cuda_copy_batch_hook(void *context, void *state, const gf_co
 
 static gf_status gf_cuda_launch(void *context, void *state, void *graph, gf_error *err) {
   (void)context;
-  (void)state;
+  gf_status ordered = gf_cuda_torch_order_replay(((gf_cuda_runner *)state)->torch, err);
+  if (ordered != GF_OK) {
+    return ordered;
+  }
   return gf_cuda_torch_graph_replay(((gf_cuda_graph *)graph)->torch_graph, err);
 }
 
@@ -163,6 +173,12 @@ static gf_status gf_cuda_launch_folded(void *context, void *state, void *graph,
   gf_cuda_graph *captured = graph;
   if (!captured->has_copy_nodes) {
     return GF_ERR_NOT_FOUND;
+  }
+  /* Before the tables change: a replay of this pool still running on another stream reads them
+   * no more once the current stream waits for it (gf_cuda_launch checks again, at no cost). */
+  gf_status ordered = gf_cuda_torch_order_replay(((gf_cuda_runner *)state)->torch, err);
+  if (ordered != GF_OK) {
+    return ordered;
   }
   int error = gf_cuda_write_copy_table(captured, GF_COPY_INPUTS, inputs, input_count);
   if (error == 0) {
@@ -192,8 +208,8 @@ static const gf_backend gf_cuda_backend = {
     .outer_capture_active = gf_cuda_outer_capture_active,
     .sync_probe_begin = gf_cuda_torch_sync_probe_begin,
     .sync_probe_end = gf_cuda_torch_sync_probe_end,
-    .warmup_begin = gf_cuda_torch_side_stream_begin,
-    .warmup_end = gf_cuda_torch_side_stream_end,
+    .warmup_begin = gf_cuda_torch_warmup_begin,
+    .warmup_end = gf_cuda_torch_warmup_end,
     .capture_begin = gf_cuda_capture_begin,
     .capture_end = gf_cuda_capture_end,
     .copy_batch = gf_cuda_copy_batch_hook,
@@ -203,6 +219,33 @@ static const gf_backend gf_cuda_backend = {
     .launch_folded = gf_cuda_launch_folded,
     .device_bytes_in_use = gf_cuda_torch_device_bytes_in_use,
 };
+
+/* A shared pool is the CUDA table with the pool as its context: each runner made on the table
+ * holds a reference to the pool (gf_cuda_runner_create), the table one more until released. */
+gf_status gf_cuda_backend_with_pool(int device_index, const gf_backend **table, gf_error *err) {
+  *table = NULL;
+  gf_backend *made = malloc(sizeof *made);
+  if (made == NULL) {
+    return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for a memory pool");
+  }
+  gf_cuda_torch_pool *pool = NULL;
+  gf_status status = gf_cuda_torch_pool_create(device_index, &pool, err);
+  if (status != GF_OK) {
+    free(made);
+    return status;
+  }
+  *made = gf_cuda_backend;
+  made->context = pool;
+  *table = made;
+  return GF_OK;
+}
+
+void gf_cuda_backend_release_pool(const gf_backend *table) {
+  if (table != NULL) {
+    gf_cuda_torch_pool_release((gf_cuda_torch_pool *)table->context);
+    free((void *)table);
+  }
+}
 
 const gf_backend *gf_cuda_backend_probe(char *why, size_t why_capacity) {
   void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);

@@ -12,15 +12,37 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
 
+struct gf_cuda_torch_pool {
+  c10::DeviceIndex device = 0;
+  at::cuda::MempoolId_t id{0, 0};
+  std::optional<c10::cuda::CUDAStream> side_stream;
+  // Held from a warm-up's or capture's begin to its end: one capture or warm-up into the pool at
+  // a time (the allocator routes one pool to one capture). Recursive: a forward may call another
+  // runner of the pool, whose warm-ups then nest in the routing already under way.
+  std::recursive_mutex capture_mutex;
+  int routing_depth = 0;                // under capture_mutex
+  int64_t allocated_before_warmup = -1; // under capture_mutex: see warmup_end
+  bool warned_kept = false;
+  // The stream the pool's memory was last used on, and the event a switch waits on (recorded on
+  // the side stream when a warm-up or capture ends, on any other stream at the switch).
+  std::atomic<cudaStream_t> last_stream{nullptr};
+  std::mutex order_mutex;
+  cudaEvent_t handoff = nullptr;
+  std::atomic<int> graphs{0}; // resident graphs captured into it
+  std::atomic<int> references{1};
+};
+
 struct gf_cuda_torch_graph {
   // keep_graph: the cudaGraph_t outlives instantiation, so the backend can find its copy nodes.
   at::cuda::CUDAGraph graph{/*keep_graph=*/true};
+  gf_cuda_torch_pool *pool = nullptr; // counted in pool->graphs while the graph lives
 };
 
 namespace {
@@ -53,9 +75,8 @@ public:
 
 struct gf_cuda_torch_runner {
   c10::DeviceIndex device = 0;
-  std::optional<c10::cuda::CUDAStream> side_stream;
+  gf_cuda_torch_pool *pool = nullptr;                // one reference held
   std::optional<c10::cuda::CUDAStream> outer_stream; // current before begin, restored at end
-  at::cuda::MempoolId_t pool{0, 0};
   SyncRecorder sync_recorder;
   std::unique_ptr<gf_cuda_torch_graph> capturing;
 };
@@ -64,6 +85,13 @@ namespace {
 
 gf_cuda_torch_runner *torch_runner_of(void *state) {
   return static_cast<gf_cuda_runner *>(state)->torch;
+}
+
+// Bytes the caching allocator has handed out on the device, every pool counted.
+int64_t allocated_bytes(c10::DeviceIndex device) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return stats.allocated_bytes[aggregate].current;
 }
 
 } // namespace
@@ -92,16 +120,77 @@ extern "C" int gf_cuda_torch_graphs_supported(void *, int device_type, int devic
   }
 }
 
-extern "C" gf_status gf_cuda_torch_runner_create(int device_index, gf_cuda_torch_runner **runner,
-                                                 gf_error *err) {
+extern "C" gf_status gf_cuda_torch_pool_create(int device_index, gf_cuda_torch_pool **pool,
+                                               gf_error *err) {
+  *pool = nullptr;
+  try {
+    auto made = std::make_unique<gf_cuda_torch_pool>();
+    made->device = device_index >= 0 ? static_cast<c10::DeviceIndex>(device_index)
+                                     : c10::cuda::current_device();
+    c10::cuda::CUDAGuard guard(made->device);
+    made->side_stream = c10::cuda::getStreamFromPool(false, made->device);
+    made->id = at::cuda::graph_pool_handle();
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&made->handoff, cudaEventDisableTiming));
+    // The pool's own reference, dropped when the last runner and the Python object let go: each
+    // graph holds one more while it lives, so evicting every graph leaves the pool (and its
+    // memory) to the next capture instead of freeing it. Taken as torch's own warm-up manager
+    // (cudagraph_trees' _use_cuda_memory_pool_manager) takes one for a while: begin creates or
+    // counts the pool, and routes nothing here (the filter matches no stream).
+    c10::cuda::CUDACachingAllocator::beginAllocateToPool(made->device, made->id,
+                                                         [](cudaStream_t) { return false; });
+    c10::cuda::CUDACachingAllocator::endAllocateToPool(made->device, made->id);
+    *pool = made.release();
+    return GF_OK;
+  } catch (...) {
+    return graphed::status_of_current_exception(err,
+                                                "graphed: making a CUDA graph memory pool failed");
+  }
+}
+
+namespace {
+
+void pool_retain(gf_cuda_torch_pool *pool) { pool->references.fetch_add(1); }
+
+} // namespace
+
+extern "C" void gf_cuda_torch_pool_release(gf_cuda_torch_pool *pool) {
+  if (pool == nullptr || pool->references.fetch_sub(1) != 1) {
+    return;
+  }
+  try {
+    c10::cuda::CUDACachingAllocator::releasePool(pool->device, pool->id);
+  } catch (...) {
+    // The allocator is gone (interpreter exit): nothing is left to give back.
+  }
+  if (pool->handoff != nullptr) {
+    cudaEventDestroy(pool->handoff);
+    cudaGetLastError();
+  }
+  delete pool;
+}
+
+extern "C" gf_status gf_cuda_torch_runner_create(int device_index, gf_cuda_torch_pool *shared_pool,
+                                                 gf_cuda_torch_runner **runner, gf_error *err) {
   *runner = nullptr;
   try {
     auto state = std::make_unique<gf_cuda_torch_runner>();
     state->device = device_index >= 0 ? static_cast<c10::DeviceIndex>(device_index)
                                       : c10::cuda::current_device();
-    c10::cuda::CUDAGuard guard(state->device);
-    state->side_stream = c10::cuda::getStreamFromPool(false, state->device);
-    state->pool = at::cuda::graph_pool_handle();
+    if (shared_pool != nullptr) {
+      if (shared_pool->device != state->device) {
+        return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
+                            "graphed: the memory pool is on cuda:%d, the runner on cuda:%d; give "
+                            "runners a pool of their own device",
+                            static_cast<int>(shared_pool->device), static_cast<int>(state->device));
+      }
+      pool_retain(shared_pool);
+      state->pool = shared_pool;
+    } else {
+      gf_status status = gf_cuda_torch_pool_create(state->device, &state->pool, err);
+      if (status != GF_OK) {
+        return status;
+      }
+    }
     *runner = state.release();
     return GF_OK;
   } catch (...) {
@@ -110,7 +199,12 @@ extern "C" gf_status gf_cuda_torch_runner_create(int device_index, gf_cuda_torch
   }
 }
 
-extern "C" void gf_cuda_torch_runner_destroy(gf_cuda_torch_runner *runner) { delete runner; }
+extern "C" void gf_cuda_torch_runner_destroy(gf_cuda_torch_runner *runner) {
+  if (runner != nullptr) {
+    gf_cuda_torch_pool_release(runner->pool);
+  }
+  delete runner;
+}
 
 extern "C" cudaStream_t gf_cuda_torch_current_stream(const gf_cuda_torch_runner *runner) {
   return c10::cuda::getCurrentCUDAStream(runner->device).stream();
@@ -118,10 +212,7 @@ extern "C" cudaStream_t gf_cuda_torch_current_stream(const gf_cuda_torch_runner 
 
 extern "C" int64_t gf_cuda_torch_device_bytes_in_use(void *, void *state) {
   try {
-    const auto stats =
-        c10::cuda::CUDACachingAllocator::getDeviceStats(torch_runner_of(state)->device);
-    const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    return stats.allocated_bytes[aggregate].current;
+    return allocated_bytes(torch_runner_of(state)->device);
   } catch (...) {
     return -1;
   }
@@ -180,46 +271,146 @@ extern "C" gf_status gf_cuda_torch_sync_probe_end(void *, void *state, gf_error 
 
 namespace {
 
+// Makes `next` wait for the work queued on the pool's last stream, when that is another stream
+// (see gf_cuda_torch_order_replay). The side stream's work is in the handoff event already,
+// recorded where its warm-up or capture ended: recording on it here could join a capture another
+// thread has under way there.
+void order_after_last_stream(gf_cuda_torch_pool *pool, cudaStream_t next) {
+  std::lock_guard<std::mutex> lock(pool->order_mutex);
+  cudaStream_t last = pool->last_stream.load(std::memory_order_relaxed);
+  if (last == next) {
+    return;
+  }
+  if (last != nullptr) {
+    if (last != pool->side_stream->stream()) {
+      C10_CUDA_CHECK(cudaEventRecord(pool->handoff, last));
+    }
+    C10_CUDA_CHECK(cudaStreamWaitEvent(next, pool->handoff, 0));
+  }
+  pool->last_stream.store(next, std::memory_order_release);
+}
+
+// Marks the pool's memory as last used by the side stream (a warm-up or capture just ended).
+void hand_off_from_side_stream(gf_cuda_torch_pool *pool) {
+  std::lock_guard<std::mutex> lock(pool->order_mutex);
+  C10_CUDA_CHECK(cudaEventRecord(pool->handoff, pool->side_stream->stream()));
+  pool->last_stream.store(pool->side_stream->stream(), std::memory_order_release);
+}
+
+// Takes the pool's lock (kept until side_stream_end) and makes its side stream current, after
+// the current stream's work and the pool's last stream's.
 gf_status side_stream_begin(gf_cuda_torch_runner *runner, gf_error *err) {
+  gf_cuda_torch_pool *pool = runner->pool;
+  pool->capture_mutex.lock();
   try {
     c10::cuda::CUDAStream outer = c10::cuda::getCurrentCUDAStream(runner->device);
     at::cuda::CUDAEvent ready;
     ready.record(outer);
-    ready.block(*runner->side_stream);
+    ready.block(*pool->side_stream);
+    order_after_last_stream(pool, pool->side_stream->stream());
     runner->outer_stream = outer;
-    c10::cuda::setCurrentCUDAStream(*runner->side_stream);
+    c10::cuda::setCurrentCUDAStream(*pool->side_stream);
     return GF_OK;
   } catch (...) {
+    pool->capture_mutex.unlock();
     return graphed::status_of_current_exception(err,
                                                 "graphed: switching to the side stream failed");
   }
 }
 
 gf_status side_stream_end(gf_cuda_torch_runner *runner, gf_error *err) {
+  gf_cuda_torch_pool *pool = runner->pool;
+  gf_status status = GF_OK;
   try {
-    if (!runner->outer_stream.has_value()) {
-      return GF_OK;
+    if (runner->outer_stream.has_value()) {
+      c10::cuda::CUDAStream outer = *runner->outer_stream;
+      runner->outer_stream.reset();
+      c10::cuda::setCurrentCUDAStream(outer);
+      at::cuda::CUDAEvent done;
+      done.record(*pool->side_stream);
+      done.block(outer);
+      hand_off_from_side_stream(pool);
     }
-    c10::cuda::CUDAStream outer = *runner->outer_stream;
-    runner->outer_stream.reset();
-    c10::cuda::setCurrentCUDAStream(outer);
-    at::cuda::CUDAEvent done;
-    done.record(*runner->side_stream);
-    done.block(outer);
-    return GF_OK;
   } catch (...) {
-    return graphed::status_of_current_exception(err, "graphed: joining the side stream failed");
+    status = graphed::status_of_current_exception(err, "graphed: joining the side stream failed");
   }
+  pool->capture_mutex.unlock();
+  return status;
 }
 
 } // namespace
 
-extern "C" gf_status gf_cuda_torch_side_stream_begin(void *, void *state, gf_error *err) {
-  return side_stream_begin(torch_runner_of(state), err);
+// The warm-ups' allocations go to the pool, as CUDAGraph Trees route theirs: the capture that
+// follows then reuses the very blocks its warm-ups used, and N resident shapes reserve about what
+// the largest needs, instead of the largest warm-up's blocks kept reserved in the ordinary pool
+// beside the graphs' own. Only allocations on the pool's side stream are routed (the stream
+// filter), so other threads' work stays in the ordinary pool. A forward that keeps a tensor it
+// made in a warm-up (state filled on first use) would keep it in memory that other graphs of the
+// pool use while they replay: that is said once, as a warning, where it can happen (the pool holds
+// graphs already).
+extern "C" gf_status gf_cuda_torch_warmup_begin(void *, void *state, gf_error *err) {
+  gf_cuda_torch_runner *runner = torch_runner_of(state);
+  gf_status status = side_stream_begin(runner, err);
+  if (status != GF_OK) {
+    return status;
+  }
+  gf_cuda_torch_pool *pool = runner->pool;
+  try {
+    if (pool->routing_depth == 0) {
+      pool->allocated_before_warmup = pool->graphs.load() > 0 ? allocated_bytes(pool->device) : -1;
+      const cudaStream_t side = pool->side_stream->stream();
+      c10::cuda::CUDACachingAllocator::beginAllocateToPool(
+          pool->device, pool->id, [side](cudaStream_t stream) { return stream == side; });
+    }
+    pool->routing_depth++;
+    return GF_OK;
+  } catch (...) {
+    status = graphed::status_of_current_exception(
+        err, "graphed: routing the warm-ups into the graph pool failed");
+    side_stream_end(runner, nullptr);
+    return status;
+  }
 }
 
-extern "C" gf_status gf_cuda_torch_side_stream_end(void *, void *state, gf_error *err) {
-  return side_stream_end(torch_runner_of(state), err);
+extern "C" gf_status gf_cuda_torch_warmup_end(void *, void *state, gf_error *err) {
+  gf_cuda_torch_runner *runner = torch_runner_of(state);
+  gf_cuda_torch_pool *pool = runner->pool;
+  gf_status status = GF_OK;
+  try {
+    if (--pool->routing_depth == 0) {
+      c10::cuda::CUDACachingAllocator::endAllocateToPool(pool->device, pool->id);
+      // begin counted a use of the pool; the pool's own reference keeps it.
+      c10::cuda::CUDACachingAllocator::releasePool(pool->device, pool->id);
+      const int64_t before = pool->allocated_before_warmup;
+      if (before >= 0 && !pool->warned_kept && allocated_bytes(pool->device) > before) {
+        pool->warned_kept = true;
+        TORCH_WARN("graphed: the forward kept memory it allocated during a warm-up (",
+                   allocated_bytes(pool->device) - before,
+                   " bytes, on the device); warm-ups allocate from the graph memory pool, where "
+                   "the replays of other graphs may overwrite a tensor kept across calls: make "
+                   "such state before the first call (said once per pool)");
+      }
+    }
+  } catch (...) {
+    status = graphed::status_of_current_exception(
+        err, "graphed: ending the warm-ups' routing into the graph pool failed");
+  }
+  gf_status joined = side_stream_end(runner, status == GF_OK ? err : nullptr);
+  return status == GF_OK ? joined : status;
+}
+
+extern "C" gf_status gf_cuda_torch_order_replay(gf_cuda_torch_runner *runner, gf_error *err) {
+  gf_cuda_torch_pool *pool = runner->pool;
+  try {
+    const cudaStream_t current = c10::cuda::getCurrentCUDAStream(runner->device).stream();
+    if (pool->last_stream.load(std::memory_order_acquire) != current) {
+      order_after_last_stream(pool, current);
+    }
+    return GF_OK;
+  } catch (...) {
+    return graphed::status_of_current_exception(
+        err, "graphed: ordering a replay after the graph pool's last stream failed");
+  }
 }
 
 extern "C" gf_status gf_cuda_torch_capture_begin(gf_cuda_torch_runner *runner, gf_error *err) {
@@ -229,7 +420,7 @@ extern "C" gf_status gf_cuda_torch_capture_begin(gf_cuda_torch_runner *runner, g
   }
   try {
     runner->capturing = std::make_unique<gf_cuda_torch_graph>();
-    runner->capturing->graph.capture_begin(runner->pool);
+    runner->capturing->graph.capture_begin(runner->pool->id);
     return GF_OK;
   } catch (...) {
     runner->capturing.reset();
@@ -264,6 +455,9 @@ extern "C" gf_status gf_cuda_torch_capture_end(gf_cuda_torch_runner *runner, int
     status = joined;
   }
   if (status == GF_OK && ok && captured) {
+    captured->pool = runner->pool;
+    pool_retain(runner->pool);
+    runner->pool->graphs.fetch_add(1);
     *graph = captured.release();
   }
   return status;
@@ -295,9 +489,14 @@ extern "C" gf_status gf_cuda_torch_graph_replay(gf_cuda_torch_graph *graph, gf_e
 }
 
 extern "C" void gf_cuda_torch_graph_release(gf_cuda_torch_graph *graph) {
+  gf_cuda_torch_pool *pool = graph->pool;
   try {
     delete graph;
   } catch (...) {
     // A destructor that throws has nothing left to release.
+  }
+  if (pool != nullptr) {
+    pool->graphs.fetch_sub(1);
+    gf_cuda_torch_pool_release(pool);
   }
 }

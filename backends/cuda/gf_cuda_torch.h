@@ -1,8 +1,9 @@
 /* The torch half of the CUDA backend: what only libtorch can give (its streams, its sync-debug
- * switch, and its CUDA graph object, so that capture-time allocations go to a private pool of the
- * caching allocator and random number generators advance on replay). Hooks that need nothing but
- * torch have the hook signature of gf_backend.h and sit in the backend's table directly; the rest
- * are typed helpers the C half calls. Definitions catch every C++ exception and return a status. */
+ * switch, its CUDA graph object, so that random number generators advance on replay, and the
+ * caching allocator's private pools, which warm-ups and captures allocate from). Hooks that need
+ * nothing but torch have the hook signature of gf_backend.h and sit in the backend's table
+ * directly; the rest are typed helpers the C half calls. Definitions catch every C++ exception and
+ * return a status. */
 #ifndef GF_CUDA_TORCH_H
 #define GF_CUDA_TORCH_H
 
@@ -17,9 +18,17 @@
 extern "C" {
 #endif
 
-/* Per runner, torch side: the device, a side stream, the one graph memory pool, the graph in
- * capture. */
+/* Per runner, torch side: the device, its graph memory pool, the graph in capture. */
 typedef struct gf_cuda_torch_runner gf_cuda_torch_runner;
+
+/* A graph memory pool: a private pool of torch's caching allocator and the one side stream every
+ * warm-up and capture into it runs on (the allocator reuses a freed block only on the stream it
+ * was freed on, so graphs of one pool share memory only through one stream). The warm-ups
+ * allocate from it too, so that their memory is the captures' memory rather than blocks of the
+ * ordinary pool kept reserved on the side stream. Captures and warm-ups into one pool are
+ * serialised by its lock; a replay on another stream than the pool's last one first waits for the
+ * work queued there. Counted by reference: a runner made without a shared pool has its own. */
+typedef struct gf_cuda_torch_pool gf_cuda_torch_pool;
 
 /* A captured graph: torch's CUDA graph object (its cudaGraph_t is kept, so nodes can be found). */
 typedef struct gf_cuda_torch_graph gf_cuda_torch_graph;
@@ -36,22 +45,35 @@ int gf_cuda_torch_graphs_supported(void *context, int device_type, int device_in
                                    size_t why_capacity);
 gf_status gf_cuda_torch_sync_probe_begin(void *context, void *state, gf_error *err);
 gf_status gf_cuda_torch_sync_probe_end(void *context, void *state, gf_error *err);
-/* The side stream waits on the current one and becomes current / the current one waits on the
- * side stream and is restored. */
-gf_status gf_cuda_torch_side_stream_begin(void *context, void *state, gf_error *err);
-gf_status gf_cuda_torch_side_stream_end(void *context, void *state, gf_error *err);
+/* The warm-ups: the pool's side stream waits on the current one (and on the pool's last stream)
+ * and becomes current, every allocation on it routed into the pool, with the pool's lock held /
+ * the routing ends, the current stream waits on the side stream and is restored. */
+gf_status gf_cuda_torch_warmup_begin(void *context, void *state, gf_error *err);
+gf_status gf_cuda_torch_warmup_end(void *context, void *state, gf_error *err);
 
 /* Bytes the caching allocator has handed out on the runner's device (graph pools included). */
 int64_t gf_cuda_torch_device_bytes_in_use(void *context, void *state);
 
 /* ---- helpers of the C half ---------------------------------------------------------------- */
 
-gf_status gf_cuda_torch_runner_create(int device_index, gf_cuda_torch_runner **runner,
-                                      gf_error *err);
+/* A pool on a device (-1: the current one), holding one reference; release drops one, and the
+ * last frees the pool (its memory goes back to the caching allocator). */
+gf_status gf_cuda_torch_pool_create(int device_index, gf_cuda_torch_pool **pool, gf_error *err);
+void gf_cuda_torch_pool_release(gf_cuda_torch_pool *pool);
+
+/* A runner on shared_pool (which it holds a reference to), or on a pool of its own when NULL; a
+ * shared pool on another device than device_index is GF_ERR_INVALID_ARGUMENT. */
+gf_status gf_cuda_torch_runner_create(int device_index, gf_cuda_torch_pool *shared_pool,
+                                      gf_cuda_torch_runner **runner, gf_error *err);
 void gf_cuda_torch_runner_destroy(gf_cuda_torch_runner *runner);
 
 /* The stream torch considers current on the runner's device. */
 cudaStream_t gf_cuda_torch_current_stream(const gf_cuda_torch_runner *runner);
+
+/* Before a replay's first launch on the current stream: when the runner's pool was last used on
+ * another stream, the current one waits for what was queued there (graphs of one pool share
+ * memory, so their replays must not overlap). Costs a comparison when the stream is the same. */
+gf_status gf_cuda_torch_order_replay(gf_cuda_torch_runner *runner, gf_error *err);
 
 /* Capture on the side stream into the runner's pool. end returns the graph (NULL when ok is 0 or
  * capture failed), owned by the caller. */
