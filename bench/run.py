@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import importlib.util
 import json
 import logging
 import os
@@ -229,6 +230,7 @@ def _run_gpu(results: dict, settings: dict, clock: Any, args: argparse.Namespace
     _time_capture(results, settings, device)
     _check_replays(results)
     _time_compiled(results, settings, args)
+    _time_audio_pipeline(results, args)
 
 
 def _time_calls(results: dict, settings: dict, clock: Any, device: torch.device) -> None:
@@ -328,6 +330,36 @@ def _time_compiled(results: dict, settings: dict, args: argparse.Namespace) -> N
         _merge_compiled(results, compiled)
 
 
+def _time_audio_pipeline(results: dict, args: argparse.Namespace) -> None:
+    """The Stable Audio Open DiT in its pipeline's loop (audio_pipeline.py): its table and plot
+    beside the report, its figures in results.json."""
+    from audio_pipeline import FRAMES, ROUNDS, audio_table, run_audio_pipeline, write_audio_plot
+
+    what, size = (
+        "Stable Audio Open DiT in StableAudioPipeline's loop",
+        "quick" if args.quick else "full",
+    )
+    if importlib.util.find_spec("diffusers") is None:
+        _skip(results, what, "diffusers is not installed")
+        return
+    audio = _section(
+        results,
+        what,
+        lambda: run_audio_pipeline(
+            FRAMES[size],
+            rounds=ROUNDS[size],
+            with_compile=not args.no_compile,
+            log=log,
+        ),
+    )
+    if audio is not None:
+        results["audio_pipeline"] = audio
+        (args.out / "audio_pipeline.md").write_text("\n".join(audio_table(audio)) + "\n")
+        plot, why = write_audio_plot(audio, args.out)
+        if plot is None:
+            _skip(results, "audio_pipeline.png", why)
+
+
 def _compile_settings(settings: dict) -> dict:
     """What the child measures (see compiled._child_main), from this run's settings."""
     return {
@@ -413,6 +445,7 @@ def _run_cpu(results: dict, settings: dict, clock: Any) -> None:
     _skip(results, "first-call capture latency and memory of 16 resident graphs", reason)
     _skip(results, "launches per replay (torch.profiler CUDA activity)", reason)
     _skip(results, COMPILE_LABEL, f"reduce-overhead means CUDA graphs; {reason}")
+    _skip(results, "Stable Audio Open DiT in StableAudioPipeline's loop", reason)
 
 
 # -- summary ----------------------------------------------------------------------------------
