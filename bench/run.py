@@ -231,6 +231,7 @@ def _run_gpu(results: dict, settings: dict, clock: Any, args: argparse.Namespace
     _check_replays(results)
     _time_compiled(results, settings, args)
     _time_audio_pipeline(results, args)
+    _time_generate(results, args)
 
 
 def _time_calls(results: dict, settings: dict, clock: Any, device: torch.device) -> None:
@@ -360,6 +361,28 @@ def _time_audio_pipeline(results: dict, args: argparse.Namespace) -> None:
             _skip(results, "audio_pipeline.png", why)
 
 
+def _time_generate(results: dict, args: argparse.Namespace) -> None:
+    """transformers' generate() decode rate (generate_bench.py): its table beside the report,
+    its figures in results.json."""
+    from generate_bench import generate_table, missing_reason, run_generate
+
+    what = "transformers generate(), decode tokens per second"
+    why = missing_reason()
+    if why is not None:
+        _skip(results, what, why)
+        return
+    value = _section(
+        results,
+        what,
+        lambda: run_generate(
+            _bench_device(), quick=args.quick, with_compile=not args.no_compile, log=log
+        ),
+    )
+    if value is not None:
+        results["generate"] = value
+        (args.out / "generate.md").write_text("\n".join(generate_table(value)) + "\n")
+
+
 def _compile_settings(settings: dict) -> dict:
     """What the child measures (see compiled._child_main), from this run's settings."""
     return {
@@ -446,6 +469,7 @@ def _run_cpu(results: dict, settings: dict, clock: Any) -> None:
     _skip(results, "launches per replay (torch.profiler CUDA activity)", reason)
     _skip(results, COMPILE_LABEL, f"reduce-overhead means CUDA graphs; {reason}")
     _skip(results, "Stable Audio Open DiT in StableAudioPipeline's loop", reason)
+    _skip(results, "transformers generate(), decode tokens per second", reason)
 
 
 # -- summary ----------------------------------------------------------------------------------
