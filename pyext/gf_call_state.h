@@ -21,7 +21,11 @@ extern "C" {
  *   it ran): the template of an eager call, and the one a capture leaves in its entry.
  * rebuild: callable(template, outputs) for templates that are not plain.
  * last_key: bytes, the key of the latest fast-path call (NULL before one), reused by the next
- *   call whose walk gives the same bytes (see gf_fastcall.c). */
+ *   call whose walk gives the same bytes (see gf_fastcall.c).
+ * served: how many calls the entry that served the latest call has served, that one included (0
+ *   when it ran eager); verify mode compares the first ones with eager (graphed._verify).
+ * baked: the watch of what the runner's graphs read besides their inputs (pyext/gf_baked.h), or
+ *   NULL; both entries return CHANGED before anything else when it fires. */
 typedef struct gf_call_state {
   // clang-format off
   PyObject_HEAD
@@ -33,6 +37,8 @@ typedef struct gf_call_state {
   PyObject *recorded;
   PyObject *rebuild;
   PyObject *last_key;
+  unsigned long long served;
+  struct gf_baked *baked;
 } gf_call_state;
 
 #ifdef __cplusplus

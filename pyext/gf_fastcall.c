@@ -26,11 +26,18 @@
  *              a plain result, which this module rebuilds, or anything else, rebuilt by calling
  *   rebuild    (given to the constructor) rebuild(template, outputs).
  * Each cache entry owns its output template: after a call that captured, the entry point stores
- * what the capture's forward recorded (with the call's held objects) in the entry's user slot
+ * what the capture's forward recorded (with the call's held objects, and a count of the calls the
+ * entry served: CallState.served) in the entry's user slot
  * (gf_call_options.entry_user), a hit reads it back, and the core releases it with the entry
  * (evicted, reset, disabled, destroyed). An eager call uses the template its own forward recorded.
  * The entry is keyed by the whole signature (key and input shapes), so an output whose structure
  * depends on a shape (x.unbind(0)) gets one template per shape.
+ *
+ * Before anything else, `call` checks the state's watch of what the runner's graphs baked in
+ * besides their inputs (pyext/gf_baked.h) and returns the CHANGED object when it fired: the Python
+ * layer compares the module with what it recorded, recaptures or disables, and calls again. Every
+ * GraphedForward call enters through `call` first (`call_flat` follows its FALLBACK), so the one
+ * check serves both.
  *
  * The fast path holds a strong reference to each input tensor object for the whole call (the
  * walk's `objects`), and a forward the core runs gets kwargs decoded from the key bytes, never
@@ -41,6 +48,7 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include "gf_baked.h"
 #include "gf_call_state.h"
 #include "gf_fastcall_torch.h"
 #include "gf_host.h"
@@ -57,6 +65,7 @@ static gf_walk gf_scratch;
 static int gf_calls_in_flight;
 static PyObject *gf_fallback;    /* returned when the fast path does not apply */
 static PyObject *gf_reentered;   /* returned for a call from inside its own forward */
+static PyObject *gf_changed;     /* returned when the state's watch fired (see gf_baked.h) */
 static PyObject *gf_placeholder; /* a tensor slot in an output template */
 
 /* The calls in flight on this thread, innermost first. A call of a CallState already in flight
@@ -132,6 +141,7 @@ static int gf_call_state_clear(gf_call_state *state) {
 static void gf_call_state_dealloc(gf_call_state *state) {
   PyObject_GC_UnTrack(state);
   gf_call_state_clear(state);
+  gf_baked_free(state->baked);
   Py_TYPE(state)->tp_free((PyObject *)state);
 }
 
@@ -144,6 +154,8 @@ static PyMemberDef gf_call_state_members[] = {
      "the non-tensor keep_alive objects of the call in flight"},
     {"error", T_OBJECT, offsetof(gf_call_state, error), READONLY,
      "the exception the forward raised during the call in flight, or None"},
+    {"served", T_ULONGLONG, offsetof(gf_call_state, served), READONLY,
+     "how many calls the entry that served the latest call has served (0: it ran eager)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -179,7 +191,44 @@ static PyObject *gf_call_state_record_template(gf_call_state *state, PyObject *t
   Py_RETURN_NONE;
 }
 
+/* watch(dicts, tensors): what the runner's graphs baked in, from now on checked before each call
+ * of either entry (see gf_baked.h); replaces the previous watch. */
+static PyObject *gf_call_state_watch(gf_call_state *state, PyObject *const *args,
+                                     Py_ssize_t nargs) {
+  if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "CallState.watch(dicts: list, tensors: list)");
+    return NULL;
+  }
+  gf_baked *baked = gf_baked_arm(args[0], args[1]);
+  if (baked == NULL) {
+    return NULL;
+  }
+  gf_baked_free(state->baked);
+  state->baked = baked;
+  Py_RETURN_NONE;
+}
+
+/* unwatch(): no check before calls (a disabled runner replays nothing). */
+static PyObject *gf_call_state_unwatch(gf_call_state *state, PyObject *unused) {
+  (void)unused;
+  gf_baked_free(state->baked);
+  state->baked = NULL;
+  Py_RETURN_NONE;
+}
+
+/* watch_fired() -> bool: what the entries' check says now (False without a watch). */
+static PyObject *gf_call_state_watch_fired(gf_call_state *state, PyObject *unused) {
+  (void)unused;
+  return PyBool_FromLong(state->baked != NULL && gf_baked_changed(state->baked));
+}
+
 static PyMethodDef gf_call_state_methods[] = {
+    {"watch", (PyCFunction)(void (*)(void))gf_call_state_watch, METH_FASTCALL,
+     "watch(dicts, tensors): checked before each call from now on; a call returns CHANGED when "
+     "a dict was mutated or a tensor's data moved"},
+    {"unwatch", (PyCFunction)gf_call_state_unwatch, METH_NOARGS, "unwatch(): no check"},
+    {"watch_fired", (PyCFunction)gf_call_state_watch_fired, METH_NOARGS,
+     "watch_fired() -> bool: whether the next call would return CHANGED"},
     {"record_error", (PyCFunction)(void (*)(void))gf_call_state_record_error, METH_FASTCALL,
      "record_error(exception, own): the forward's exception, re-raised to the caller of the "
      "call; own: it is the forward's own error (marks the thread)"},
@@ -370,6 +419,9 @@ static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t 
   if (gf_in_flight_here(state)) {
     return Py_NewRef(gf_reentered);
   }
+  if (state->baked != NULL && gf_baked_changed(state->baked)) {
+    return Py_NewRef(gf_changed);
+  }
   gf_call_frame frame = {state, gf_frames_here};
   gf_frames_here = &frame;
   gf_walk nested = {0};
@@ -526,7 +578,7 @@ static PyObject *gf_rebuild(PyObject *self, PyObject *const *args, Py_ssize_t na
 static PyMethodDef gf_fastcall_methods[] = {
     {"call", (PyCFunction)(void (*)(void))gf_fast_call, METH_FASTCALL,
      "call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive, held) -> output, "
-     "FALLBACK or REENTERED"},
+     "FALLBACK, REENTERED or CHANGED"},
     {"call_flat", (PyCFunction)(void (*)(void))gf_flat_call, METH_FASTCALL,
      "call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) -> "
      "output or REENTERED"},
@@ -568,8 +620,10 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
   }
   gf_fallback = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_reentered = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+  gf_changed = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_placeholder = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
-  if (gf_fallback == NULL || gf_reentered == NULL || gf_placeholder == NULL ||
+  if (gf_fallback == NULL || gf_reentered == NULL || gf_changed == NULL || gf_placeholder == NULL ||
+      gf_baked_init() != 0 || PyModule_AddObjectRef(module, "CHANGED", gf_changed) != 0 ||
       PyModule_AddObjectRef(module, "FALLBACK", gf_fallback) != 0 ||
       PyModule_AddObjectRef(module, "REENTERED", gf_reentered) != 0 ||
       PyModule_AddObjectRef(module, "PLACEHOLDER", gf_placeholder) != 0 ||

@@ -20,6 +20,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <exception>
+#include <new>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -69,6 +70,50 @@ extern "C" void gf_fastcall_torch_mark_forward_error(void) { graphed::mark_forwa
 
 namespace {
 
+// Where a tensor's elements start, read from its TensorImpl without the checks of data_ptr()
+// (a storage-less or symbolic tensor is "nowhere", which a later move away from still changes).
+const void *data_address_of(const c10::TensorImpl *impl) {
+  if (impl->has_symbolic_sizes_strides()) {
+    return nullptr;
+  }
+  const c10::StorageImpl *storage = impl->unsafe_storage().unsafeGetStorageImpl();
+  if (storage == nullptr) {
+    return nullptr;
+  }
+  const char *data = static_cast<const char *>(storage->data_ptr().get());
+  return data == nullptr ? nullptr
+                         : data + impl->storage_offset() * static_cast<int64_t>(impl->itemsize());
+}
+
+} // namespace
+
+extern "C" void gf_fastcall_torch_data_address(PyObject *obj, const void **impl,
+                                               const void **address) {
+  const c10::TensorImpl *tensor = THPVariable_Unpack(obj).unsafeGetTensorImpl();
+  *impl = tensor;
+  try {
+    *address = data_address_of(tensor);
+  } catch (...) {
+    *address = nullptr; // a tensor whose offset torch will not say: watched by its dicts alone
+  }
+}
+
+extern "C" int gf_fastcall_torch_addresses_moved(const void *const *impls,
+                                                 const void *const *addresses, size_t count) {
+  try {
+    for (size_t i = 0; i < count; ++i) {
+      if (data_address_of(static_cast<const c10::TensorImpl *>(impls[i])) != addresses[i]) {
+        return 1;
+      }
+    }
+  } catch (...) {
+    return 1; // the Python layer looks again, in its own words
+  }
+  return 0;
+}
+
+namespace {
+
 // Takes the GIL if this thread does not hold it, as torch does to release one Python object.
 // Once the interpreter is gone, torch leaks such objects; the work then runs as it is.
 void run_holding_gil(graphed::LockedWork work, void *context) noexcept {
@@ -99,15 +144,23 @@ extern "C" void gf_fastcall_torch_install_interpreter_lock(void) {
 
 namespace {
 
-// An entry's (template, held) pair, released with the entry, under the GIL; once the interpreter
-// is gone it is left, as torch leaves the Python objects of tensors then.
+// What a cache entry's user slot holds for the CPython entry: its (template, held) pair and how
+// many calls it has served (verify mode reads that, see graphed._verify).
+struct EntryUser {
+  PyObject *template_and_held;
+  uint64_t served;
+};
+
+// An entry's user, released with the entry, under the GIL; once the interpreter is gone its pair
+// is left, as torch leaves the Python objects of tensors then.
 void release_template(void *user) noexcept {
-  if (!Py_IsInitialized()) {
-    return;
+  auto *owned = static_cast<EntryUser *>(user);
+  if (Py_IsInitialized()) {
+    PyGILState_STATE state = PyGILState_Ensure();
+    Py_DECREF(owned->template_and_held);
+    PyGILState_Release(state);
   }
-  PyGILState_STATE state = PyGILState_Ensure();
-  Py_DECREF(static_cast<PyObject *>(user));
-  PyGILState_Release(state);
+  delete owned;
 }
 
 } // namespace
@@ -172,17 +225,26 @@ public:
   // serving entry's slot (served: see gf_call_options.entry_user), which a capture fills with
   // what its forward recorded and the call's held objects, or for an eager call (served NULL)
   // the template its own forward recorded. Stays NULL when there is none.
+  // It also counts the call in the serving entry's user (state->served; 0 for an eager call).
   void settle(void **served) noexcept {
     PyObject *recorded = state_->recorded;
+    state_->served = 0;
     if (served == nullptr) {
       call_->output_template = Py_XNewRef(recorded);
       return;
     }
     if (*served == nullptr && recorded != nullptr) {
-      *served = PyTuple_Pack(2, recorded, call_->held);
+      PyObject *pair = PyTuple_Pack(2, recorded, call_->held);
+      auto *user = pair != nullptr ? new (std::nothrow) EntryUser{pair, 0} : nullptr;
+      if (user == nullptr) {
+        Py_XDECREF(pair);
+      }
+      *served = user;
     }
     if (*served != nullptr) {
-      call_->output_template = Py_NewRef(PyTuple_GET_ITEM(static_cast<PyObject *>(*served), 0));
+      auto *user = static_cast<EntryUser *>(*served);
+      state_->served = ++user->served;
+      call_->output_template = Py_NewRef(PyTuple_GET_ITEM(user->template_and_held, 0));
     }
   }
 

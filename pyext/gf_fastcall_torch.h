@@ -46,6 +46,13 @@ int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const char **why);
  * NULL when it can; never throws. */
 const char *gf_fastcall_torch_unsupported_reason(PyObject *obj);
 
+/* A watched tensor (pyext/gf_baked.h): its TensorImpl and where its elements start now. obj must be
+ * a tensor (gf_fastcall_torch_is_tensor); never throws. */
+void gf_fastcall_torch_data_address(PyObject *obj, const void **impl, const void **address);
+/* 1 when any of `count` TensorImpls (kept alive by the caller) no longer starts where `addresses`
+ * says; 0 otherwise. The per-call check of gf_baked_changed: three loads a tensor. */
+int gf_fastcall_torch_addresses_moved(const void *const *impls, const void *const *addresses,
+                                      size_t count);
 /* The tensor object a descriptor from gf_fastcall_torch_describe was made of (a new reference). */
 PyObject *gf_fastcall_torch_object_of(const gf_tensor *tensor);
 

@@ -172,9 +172,10 @@ if ! venv_complete; then
   venv_complete || die "the packages in $VENV are still incomplete after pip install"
 fi
 
-# The third-party model tests (tests/python/test_third_party_models.py) run these, pinned, on the
+# The third-party model tests (tests/python/test_third_party_models.py, and accelerate's offload
+# hooks in test_changed_state.py) run these, pinned, on the
 # emulated backend in every test run; their own dependencies come with them.
-TEST_PACKAGES=(diffusers==0.42.1 transformers==5.17.0)
+TEST_PACKAGES=(diffusers==0.42.1 transformers==5.17.0 accelerate==1.15.0)
 test_packages_complete() {
   "$VENV/bin/python" - "${TEST_PACKAGES[@]}" <<'PY' >/dev/null 2>&1
 import sys

@@ -18,7 +18,8 @@ from typing import Any, TypeVar, cast
 
 import torch
 
-from . import _groups, _library, _observe, _phases
+from . import _groups, _library, _observe, _phases, _verify
+from ._baked import BakedState, weight_moving_hook
 from ._device_hooks import hooks_for, resolve_device
 from ._native import _graphed_fastcall as _fastcall
 from ._tree import flatten_kwargs, flatten_output, rebuild_output, unflatten
@@ -28,6 +29,7 @@ __all__ = ["GraphedForward"]
 _log = logging.getLogger("graphed")
 _FALLBACK = _fastcall.FALLBACK
 _REENTERED = _fastcall.REENTERED
+_CHANGED = _fastcall.CHANGED
 _models_library = torch.library.Library("graphed_models", "FRAGMENT")
 _op_numbers = itertools.count()
 _op_lock = threading.Lock()
@@ -42,6 +44,8 @@ _NO_KEEP_ALIVE: list = []
 # Bound once: the call path reads it on every call (torch.compile recognises the function).
 _is_compiling = torch.compiler.is_compiling
 _MAX_DIMS = _fastcall.MAX_DIMS
+_PHASE_CAPTURE = _phases.PHASE_CAPTURE
+_PHASE_EAGER = _phases.PHASE_EAGER
 
 
 def _is_callers_error(raised: BaseException) -> bool:
@@ -273,6 +277,8 @@ class GraphedForward:
         capture_context: Callable[[], contextlib.AbstractContextManager] | None = None,
         backend: str | None = None,
         cpu_inputs: str = "refuse",
+        verify: int | None = None,
+        verify_tolerance: tuple[float, float] | None = None,
     ) -> None:
         """Wraps `module` (any callable taking keyword arguments) for `device`.
 
@@ -290,7 +296,15 @@ class GraphedForward:
         forward would see a device tensor where eager sees a CPU one) or "to_device" (copied to
         the runner's device before the call, for forwards that move such inputs there
         themselves, as diffusers' rotary embeddings do; eager calls of a disabled runner get the
-        CPU tensors, as without graphed)."""
+        CPU tensors, as without graphed).
+
+        verify=N runs the module eagerly beside each of the first N calls every graph serves (its
+        capturing call included) and compares the outputs, bitwise, or within verify_tolerance
+        (rtol, atol) when given: a difference disables the runner, naming the output path and the
+        largest difference in disabled_reason, warns, and returns eager's result. None reads
+        $GRAPHED_VERIFY (0 when unset). The way to prove a new model safe to graph; each verified
+        call runs the forward twice, so a forward that advances state (a cache) reports a
+        difference by design (graphed._verify)."""
         _library.load_library()
         _check_reserved(module)
         if cpu_inputs not in CPU_INPUT_CHOICES:
@@ -312,6 +326,8 @@ class GraphedForward:
         self._capture_context = capture_context
         self._known_disabled = False
         self._positional_names, self._positional_limit = _positional_names(module)
+        self._verify = _verify.Verification.of(verify, verify_tolerance)
+        self._side_effects_named = False
         self._inputs_to_device = cpu_inputs == "to_device" and self.device.type != "cpu"
         # The call in flight, set by both C entry points under the runner's lock (see
         # pyext/gf_fastcall.c); each cache entry holds its own output template.
@@ -346,6 +362,11 @@ class GraphedForward:
             _groups.track(self._id, self)
         self._finalizer = weakref.finalize(self, torch.ops.graphed.destroy, self._id)
         self._warn_if_unavailable()
+        self._baked: BakedState | None = None
+        self._watch_module()
+        if self._verify is not None:
+            # The verifying call is a subclass's __call__, so that the plain one reads no flag.
+            self.__class__ = _VerifyingGraphedForward
 
     # -- the call path ---------------------------------------------------------------------
 
@@ -378,26 +399,31 @@ class GraphedForward:
             # (its weights, its operations), with no opaque call in between.
             return self.module(**kwargs)
         flat = None
-        try:
-            result = _fastcall.call(
-                self._id,
-                kwargs,
-                variant,
-                pin,
-                static_outputs,
-                self._call_state,
-                held_tensors,
-                held_objects,
-            )
-        except ValueError:
-            # A CPU input is refused before any forward runs; with cpu_inputs="to_device" the
-            # call is made again below with it on the device. Any other error stands.
-            if not self._inputs_to_device:
-                raise
-            flat = flatten_kwargs(kwargs, variant)
-            if not any(tensor.device.type == "cpu" for tensor in flat[0]):
-                raise
-            result = _FALLBACK
+        while True:
+            try:
+                result = _fastcall.call(
+                    self._id,
+                    kwargs,
+                    variant,
+                    pin,
+                    static_outputs,
+                    self._call_state,
+                    held_tensors,
+                    held_objects,
+                )
+            except ValueError:
+                # A CPU input is refused before any forward runs; with cpu_inputs="to_device"
+                # the call is made again below with it on the device. Any other error stands.
+                if not self._inputs_to_device:
+                    raise
+                flat = flatten_kwargs(kwargs, variant)
+                if not any(tensor.device.type == "cpu" for tensor in flat[0]):
+                    raise
+                result = _FALLBACK
+            if result is not _CHANGED:
+                break
+            # What the graphs baked in may have changed (graphed._baked): look, then call again.
+            self._follow_change()
         if result is _FALLBACK:
             tensors, key, spec = flat if flat is not None else flatten_kwargs(kwargs, variant)
             if not tensors:
@@ -475,8 +501,13 @@ class GraphedForward:
             _fastcall.decode(state.key, inputs) if type(tree) is dict else unflatten(tree, inputs)
         )
         phase = _phases.current_phase()
+        settles_state = self._baked is not None and phase in (_PHASE_CAPTURE, _PHASE_EAGER)
+        before = BakedState(self.module) if settles_state and phase == _PHASE_CAPTURE else None
         try:
-            with self._context_for_forward(), _phases.forward_in_phase(phase, self, self._state):
+            with (
+                self._context_for_forward(),
+                _phases.forward_in_phase(phase, self, self._state, self._name_side_effects),
+            ):
                 result = self.module(**kwargs)
             # An output graphed cannot rebuild is the forward's own error too: a TypeError the
             # caller gets once, as raised, rather than a failed capture wrapping it.
@@ -491,6 +522,9 @@ class GraphedForward:
             _log.debug("graphed: the forward of %s raised", self.name, exc_info=True)
             raise
         state.record_template(template)
+        _verify.check_template_of_key(self, phase, template)
+        if settles_state:
+            self._settle_after_forward(before)
         return tensors
 
     def _eager(self, kwargs: dict) -> Any:
@@ -499,11 +533,102 @@ class GraphedForward:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _state(self) -> list[torch.Tensor]:
-        """The tensors a forward may advance in place besides its inputs: the module's buffers
-        (put back after each warm-up, see graphed._phases)."""
+    def _state(self) -> _phases.StateToKeep:
+        """What a forward may change besides its inputs, for graphed._phases to put back after
+        each warm-up (or name): the module's buffers and its submodules' tensor attributes, the
+        call's keep_alive tensors, and its parameters and submodules."""
+        held = [item for item in self._call_state.held if isinstance(item, torch.Tensor)]
         module = self.module
-        return list(module.buffers()) if isinstance(module, torch.nn.Module) else []
+        if not isinstance(module, torch.nn.Module):
+            return _phases.StateToKeep(held, [], [])
+        modules = list(module.named_modules())
+        attributes = [
+            value
+            for _, submodule in modules
+            for value in vars(submodule).values()
+            if isinstance(value, torch.Tensor)
+        ]
+        return _phases.StateToKeep(
+            [*module.buffers(), *attributes, *held], list(module.named_parameters()), modules
+        )
+
+    def _name_side_effects(self, names: list[str]) -> None:
+        """Warns once what a warm-up changed that graphed cannot put back (graphed._phases)."""
+        if self._side_effects_named:
+            return
+        self._side_effects_named = True
+        _log.warning(
+            "graphed: runner '%s': the forward changed %s while graphed warmed it up for a "
+            "capture, which graphed cannot put back (a parameter written in place, or a Python "
+            "attribute rebound); replays run no Python, so such state stays as the capture left "
+            "it while eager would change it at every call. Keep per-call state in buffers or "
+            "keep_alive tensors, which graphed puts back, or leave this module eager",
+            self.name,
+            ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else ""),
+        )
+
+    # -- what the graphs baked in (graphed._baked) ---------------------------------------------
+
+    def _watch_module(self) -> None:
+        """Records what the graphs bake in besides their inputs and arms the native watch of it;
+        a hook that moves the weights at every call disables the runner instead."""
+        module = self.module
+        state = self._call_state
+        if not isinstance(module, torch.nn.Module) or not self.stats()["enabled"]:
+            state.unwatch()
+            self._baked = None
+            return
+        hook = weight_moving_hook(module)
+        if hook is not None:
+            state.unwatch()
+            self._baked = None
+            reason = (
+                f"{hook}, and a graph replays the addresses its capture saw; calls run eager. "
+                "To graph this module keep it on the device (for a diffusers pipeline, "
+                "pipe.to(device) instead of enable_model_cpu_offload or "
+                "enable_sequential_cpu_offload), and wrap it after removing the hooks"
+            )
+            self.disable(reason)
+            _log.warning("graphed: runner '%s': %s", self.name, reason)
+            return
+        self._baked = BakedState(module)
+        state.watch(self._baked.dicts, self._baked.tensors)
+        if state.watch_fired():
+            # A tensor whose address torch will not say (see pyext/gf_baked.h): no watch can
+            # hold, and a graph of it cannot be kept right.
+            self.disable(
+                "graphed cannot watch the addresses of the module's tensors (a tensor torch will "
+                "not give an address for); calls run eager"
+            )
+
+    def _follow_change(self) -> None:
+        """The watch fired: compares the module with what the graphs baked in; drops the graphs
+        when anything they rely on differs, so that the call captures again."""
+        recorded = self._baked
+        self._watch_module()
+        if recorded is None or self._baked is None:
+            return
+        changed = recorded.differences(self._baked)
+        if changed:
+            self.reset()
+            _log.info(
+                "graphed: runner '%s': %s changed since the graphs were captured; they are "
+                "dropped and captured again",
+                self.name,
+                ", ".join(changed),
+            )
+
+    def _settle_after_forward(self, before: BakedState | None) -> None:
+        """After the forward ran for a capture (or eagerly inside the core): what it baked in is
+        the module as the forward left it. A capture's forward that re-assigned what the graphs
+        read is named once, since the graphs captured before it read what it replaced."""
+        after = BakedState(self.module)
+        if before is not None:
+            changed = before.differences(after)
+            if changed:
+                self._name_side_effects(changed)
+        self._baked = after
+        self._call_state.watch(after.dicts, after.tensors)
 
     def _context_for_forward(self) -> contextlib.AbstractContextManager:
         if self._capture_context is None:
@@ -524,14 +649,15 @@ class GraphedForward:
 
     @staticmethod
     def _split_keep_alive(keep_alive: Any) -> tuple[list[torch.Tensor], tuple]:
-        """Splits keep_alive into the tensors the native entry holds for its life and the other
-        objects, which this object holds until reset or its own end."""
+        """Splits keep_alive into the tensors the native entry holds for its life and the objects
+        the entry's output template holds (the others, and the tensors again)."""
         if keep_alive is None or (type(keep_alive) in (tuple, list) and not keep_alive):
             return [], _NO_HELD
         if isinstance(keep_alive, torch.nn.Module):
-            return [*keep_alive.parameters(), *keep_alive.buffers()], _NO_HELD
+            tensors = [*keep_alive.parameters(), *keep_alive.buffers()]
+            return tensors, tuple(tensors)
         if isinstance(keep_alive, torch.Tensor):
-            return [keep_alive], _NO_HELD
+            return [keep_alive], (keep_alive,)
         held_tensors: list[torch.Tensor] = []
         others: list[Any] = []
         items = keep_alive.values() if isinstance(keep_alive, dict) else keep_alive
@@ -544,7 +670,9 @@ class GraphedForward:
                 held_tensors.extend([*item.parameters(), *item.buffers()])
             else:
                 others.append(item)
-        return held_tensors, tuple(others)
+        # The tensors ride in the held objects too, so that the forward graphed runs for a capture
+        # can name them (CallState.held) for graphed._phases to put back after each warm-up.
+        return held_tensors, (*others, *held_tensors)
 
     def _warn_if_unavailable(self) -> None:
         global _warned_unavailable
@@ -601,6 +729,8 @@ class GraphedForward:
         """Disables graph replay for the rest of the process; calls run eager."""
         torch.ops.graphed.disable(self._id, str(reason))
         self._known_disabled = True
+        self._call_state.unwatch()
+        self._baked = None
 
     def release_group(self, reason: str) -> None:
         """Lets go of the process group before it ends (graphed._groups calls it when the group
@@ -740,3 +870,27 @@ class GraphedForward:
         """module.share_memory(); returns this GraphedForward, its graphs dropped (the tensors
         move to shared memory)."""
         return self._after_change(self.module.share_memory, _placements)
+
+
+class _VerifyingGraphedForward(GraphedForward):
+    """A GraphedForward made with verify=N (graphed._verify): each of the first N calls a graph
+    serves is compared with an eager run of the same call."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        result = GraphedForward.__call__(self, *args, **kwargs)
+        served = self._call_state.served
+        verification = self._verify
+        if verification is None or not 0 < served <= verification.calls:
+            return result
+        call = dict(kwargs)
+        _pop_options(call)
+        if args:
+            call = self._bind_positional(args, call)
+        expected = self._eager(call)
+        difference = verification.difference(result, expected)
+        if difference is None:
+            return result
+        reason = f"verify: call {served} of a graph differed from eager {difference}"
+        self.disable(reason)
+        _log.warning("graphed: runner '%s': %s; calls run eager from now on", self.name, reason)
+        return expected

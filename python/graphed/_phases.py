@@ -7,12 +7,15 @@ forward_phase() says which). Two eager-semantics promises hang on that:
   they run what the capture records and the probe does not fail on a sync the capture would skip.
   The answer changes for this thread only; code that imported the function by name before graphed
   was imported keeps torch's own answer.
-- Warm-ups leave no trace in tensor state: module buffers and keep_alive tensors that a warm-up
-  writes in place (a cache position counter, a StaticCache) are put back after each warm-up, so
-  after the first call they have advanced once, as eagerly. The cost is one copy of those tensors
-  taken before the warm-ups of each capture, and one copy back per warm-up for each tensor that
-  changed; nothing is copied on replays. Python attributes a forward changes (`self.step += 1`)
-  cannot be put back: such a forward should keep its state in tensors.
+- Warm-ups leave no trace in tensor state: module buffers, tensor attributes of its submodules
+  and keep_alive tensors that a warm-up writes in place (a cache position counter, a StaticCache
+  an attribute owns) are put back after each warm-up, so after the first call they have advanced
+  once, as eagerly. The cost is one copy of those tensors taken before the warm-ups of each
+  capture, and one copy back per warm-up for each tensor that changed (its version counter says
+  so); nothing is copied on replays. What cannot be put back is named once, in a warning: a
+  parameter written in place (too large to copy), and a Python attribute a forward rebinds
+  (`self.step += 1`), which a replay, running no Python, would never change again; such a forward
+  should keep its state in tensors.
 
 And one promise to a process group: the sync probe never stops a forward halfway. The backend
 runs it under torch's sync-debug mode "warn"; the warnings that reach Python (every operator
@@ -25,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import torch
 
@@ -75,24 +78,86 @@ def install_capture_awareness() -> None:
         _installed = True
 
 
-class _Snapshot:
-    """Copies of state tensors taken before a capture's warm-ups, put back after each one."""
+class StateToKeep(NamedTuple):
+    """What a forward may change besides its inputs, as GraphedForward lists it for a capture:
+    `restored` (buffers, tensor attributes, keep_alive tensors: copied before the warm-ups and put
+    back after each), `parameters` ((name, parameter) pairs: too large to copy, so an in-place
+    write is only named) and `modules` ((path, submodule) pairs whose Python attributes a forward
+    may rebind, which nothing can put back for a replay: named too)."""
 
-    def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
+    restored: list[torch.Tensor]
+    parameters: list[tuple[str, torch.Tensor]]
+    modules: list[tuple[str, Any]]
+
+
+# The attributes every nn.Module has: torch's own bookkeeping, not the forward's state.
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
+
+
+def _rebindable(module: Any) -> dict[str, Any]:
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if name not in _MODULE_INTERNALS and not isinstance(value, torch.nn.Module)
+    }
+
+
+def _same(before: Any, now: Any) -> bool:
+    if before is now:
+        return True
+    if isinstance(before, torch.Tensor) or type(before) is not type(now):
+        return False
+    try:
+        return bool(before == now)
+    except Exception:  # an object whose == is not a truth value (an array): it changed
+        return False
+
+
+class _Snapshot:
+    """Copies of state tensors taken before a capture's warm-ups, put back after each one; and
+    what cannot be put back (a parameter written in place, a Python attribute rebound), found by
+    comparing each run with the one before."""
+
+    def __init__(self, state: StateToKeep) -> None:
         self.saved: list[tuple[torch.Tensor, int, torch.Tensor]] = []
         seen: set[int] = set()
         with torch.no_grad():
-            for tensor in tensors:
+            for tensor in state.restored:
                 if id(tensor) in seen or tensor.is_inference() or tensor.numel() == 0:
                     continue
+                if isinstance(tensor, torch.nn.Parameter):
+                    continue  # a keep_alive module's weights: watched as parameters below
                 seen.add(id(tensor))
                 self.saved.append((tensor, tensor._version, tensor.clone()))
+        self.parameters = [
+            (name, parameter, parameter._version)
+            for name, parameter in state.parameters
+            if not parameter.is_inference()
+        ]
+        self.modules = state.modules
+        self.attributes: list[dict[str, Any]] | None = None  # after the first run
 
-    def restore(self) -> None:
+    def restore(self) -> list[str]:
+        """Puts the state tensors back; returns the names of what changed that cannot be."""
         with torch.no_grad():
             for tensor, version, copy in self.saved:
                 if tensor._version != version:
                     tensor.copy_(copy)
+        lost = [
+            name for name, parameter, version in self.parameters if parameter._version != version
+        ]
+        now = [_rebindable(module) for _, module in self.modules]
+        if self.attributes is not None:
+            for (path, _), before, after in zip(self.modules, self.attributes, now, strict=True):
+                for name in {**before, **after}:
+                    if (
+                        name not in before
+                        or name not in after
+                        or not _same(before[name], after[name])
+                    ):
+                        lost.append(f"{path}.{name}" if path else name)
+        self.attributes = now  # a first run's new attributes are a lazy setup, not a change
+        return lost
 
 
 # The hook that counts sync warnings is shared by every probe in flight: the first to begin puts
@@ -174,11 +239,14 @@ def _probe_verdict(found: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def forward_in_phase(phase: int, owner: object, state_tensors) -> Iterator[None]:
+def forward_in_phase(
+    phase: int, owner: object, state: Callable[[], StateToKeep], lost: Callable[[list[str]], None]
+) -> Iterator[None]:
     """Runs one forward of the core as `phase` requires: capture-aware answers during probe and
     warm-ups, and state tensors put back after each warm-up. `owner` (the GraphedForward) keys
-    the snapshot; state_tensors is a callable returning the tensors to keep, called only when a
-    capture's warm-ups start. A capture, or an eager run (after a failed probe), ends it."""
+    the snapshot; `state` is called only when a capture's warm-ups start; `lost` is called with
+    the names of what a warm-up changed that cannot be put back. A capture, or an eager run
+    (after a failed probe), ends it."""
     snapshots = getattr(_local, "snapshots", None)
     if snapshots is None:
         snapshots = _local.snapshots = {}
@@ -188,7 +256,7 @@ def forward_in_phase(phase: int, owner: object, state_tensors) -> Iterator[None]
         return
     snapshot = snapshots.get(id(owner))
     if snapshot is None:
-        snapshot = snapshots[id(owner)] = _Snapshot(state_tensors())
+        snapshot = snapshots[id(owner)] = _Snapshot(state())
     outer = getattr(_local, "as_if_capturing", False)
     _local.as_if_capturing = True
     try:
@@ -200,4 +268,6 @@ def forward_in_phase(phase: int, owner: object, state_tensors) -> Iterator[None]
             yield
     finally:
         _local.as_if_capturing = outer
-        snapshot.restore()
+        changed = snapshot.restore()
+        if changed:
+            lost(changed)

@@ -1,0 +1,46 @@
+/* What a GraphedForward's graphs read by address besides their inputs, watched between calls: the
+ * module's parameters, buffers and tensor attributes, and the dicts that say which tensors,
+ * submodules, hooks and modes the module has. A graph bakes in the addresses its capture saw; if a
+ * parameter is re-assigned (`m.weight = nn.Parameter(w)`), swapped through `.data`, moved or
+ * re-typed, or a submodule or hook is replaced, a replay would compute with what is gone. The
+ * check runs before every call of either entry (pyext/gf_fastcall.c) and must cost well under a
+ * microsecond for a 24-block DiT's 300 tensors, so it only says "something may have changed"; the
+ * Python layer then compares what it recorded (graphed._baked) and recaptures or runs eager.
+ *
+ * Two cheap signals:
+ *  - a tensor's data address (its storage's data plus its offset): `.data =`, `.to()`, `.half()`,
+ *    an offload hook's move or a storage resize change it; an in-place update (`copy_`,
+ *    `load_state_dict`, a LoRA fused into the same tensor) does not, and keeps replaying;
+ *  - a mutation of any watched dict: on Python 3.12 and later through a dict watcher (one counter
+ *    for the process, so the check reads one word), before that through each dict's version tag
+ *    (PEP 509; one word per dict). */
+#ifndef GF_BAKED_H
+#define GF_BAKED_H
+
+#include <Python.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gf_baked gf_baked;
+
+/* Installs the dict watcher where Python has one; 0, or -1 with a Python error. Once, at load. */
+int gf_baked_init(void);
+
+/* A watch of `dicts` (a list of dicts) and `tensors` (a list of plain tensors), recording their
+ * state now; the watch holds references to both lists' items. NULL with a Python error. */
+gf_baked *gf_baked_arm(PyObject *dicts, PyObject *tensors);
+
+/* 1 when a watched dict was mutated or a watched tensor's data address changed since the watch
+ * was armed (or may have: another watched dict's mutation counts too on Python 3.12+), else 0.
+ * Never raises. */
+int gf_baked_changed(const gf_baked *baked);
+
+void gf_baked_free(gf_baked *baked);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GF_BAKED_H */

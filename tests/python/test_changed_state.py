@@ -1,0 +1,385 @@
+"""Weights and state that change between calls: a replay never computes with what eager would not.
+
+Each row of the changed-state table, on the CPU with the emulated backend (whose replay returns
+what the capture-time forward wrote, so a graph that missed a change returns the old result, as a
+stale device graph would), and bitwise on the GPU:
+- an in-place update at the same address (load_state_dict, copy_) keeps replaying: no recapture;
+- a parameter re-assigned, swapped through .data, moved or re-typed, a submodule replaced, a hook
+  added: the graphs are dropped and the next call captures what the module is now;
+- accelerate's offload hooks: the runner runs eager, with the reason, whether the hook was there at
+  construction or added later;
+- warm-up side effects: keep_alive tensors and tensor attributes are put back after the warm-ups;
+  a Python attribute the forward rebinds is named in one warning;
+- a non-tensor output that differs between runs of one key is refused (eager, named);
+- verify mode catches a graph whose input it cannot see, and returns eager's result.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from graphed import GraphedForward
+
+
+def _gpu(test):
+    """A test of the device itself: marked gpu, skipped without CUDA."""
+    needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    return pytest.mark.gpu(needs_cuda(test))
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def _x(device: str = "cpu") -> torch.Tensor:
+    torch.manual_seed(1)
+    return torch.randn(4, 8, device=device)
+
+
+def _graphed(module: torch.nn.Module, backend: str | None, device: str = "cpu") -> GraphedForward:
+    return GraphedForward(module, device=device, backend=backend)
+
+
+def _eager(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return module(x)
+
+
+def _new_weight(like: torch.Tensor) -> torch.Tensor:
+    torch.manual_seed(7)
+    return torch.randn_like(like)
+
+
+def _reassign(m: TwoLayers) -> None:
+    m.a.weight = torch.nn.Parameter(_new_weight(m.a.weight))
+
+
+def _swap_data(m: TwoLayers) -> None:
+    m.b.weight.data = _new_weight(m.b.weight)
+
+
+def _replace_submodule(m: TwoLayers) -> None:
+    torch.manual_seed(3)
+    m.a = torch.nn.Linear(8, 8).to(m.b.weight.device)
+
+
+def _add_hook(m: TwoLayers) -> None:
+    m.a.register_forward_hook(lambda module, args, out: out * 2)
+
+
+def _resize_storage(m: TwoLayers) -> None:
+    # FSDP-style: the storage is freed and allocated again, same tensor object
+    weight = m.b.weight
+    values = weight.detach().clone()
+    weight.untyped_storage().resize_(0)
+    weight.untyped_storage().resize_(values.numel() * values.element_size())
+    with torch.no_grad():
+        weight.copy_(values * 3)
+
+
+CHANGES = {
+    "parameter re-assigned": _reassign,
+    "parameter .data swapped": _swap_data,
+    "submodule replaced": _replace_submodule,
+    "forward hook added": _add_hook,
+    "storage freed and re-allocated": _resize_storage,
+}
+
+
+def _run_change(change, backend: str | None, device: str) -> None:
+    module = TwoLayers().to(device)
+    gf = _graphed(module, backend, device)
+    x = _x(device)
+    for _ in range(3):
+        gf(x)
+    change(module)
+    want = _eager(module, x)
+    for _ in range(2):
+        torch.testing.assert_close(gf(x), want, rtol=0, atol=0)
+    stats = gf.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert stats["captures"] == 2, stats  # the change dropped the graph; one capture after it
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_change_after_capture_is_captured_again(emulated_backend, change):
+    _run_change(CHANGES[change], emulated_backend, "cpu")
+
+
+@_gpu
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_change_after_capture_is_captured_again_on_the_device(change):
+    _run_change(CHANGES[change], None, "cuda")
+
+
+def _load_new_state(module: TwoLayers) -> None:
+    state = {name: _new_weight(value) for name, value in module.state_dict().items()}
+    module.load_state_dict(state)
+
+
+def test_an_in_place_update_keeps_the_graph(emulated_backend):
+    module = TwoLayers()
+    gf = _graphed(module, emulated_backend)
+    x = _x()
+    gf(x)
+    _load_new_state(module)
+    with torch.no_grad():
+        module.a.bias.add_(1.0)
+    gf(x)
+    stats = gf.stats()
+    assert (stats["captures"], stats["replays"]) == (1, 2), stats  # same addresses: no recapture
+
+
+@_gpu
+def test_an_in_place_update_replays_eagers_result_on_the_device():
+    module = TwoLayers().cuda()
+    gf = _graphed(module, None, "cuda")
+    x = _x("cuda")
+    gf(x)
+    _load_new_state(module)
+    torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)
+    assert gf.stats()["captures"] == 1
+
+
+def test_a_move_or_retype_of_the_module_itself_is_seen(emulated_backend):
+    module = TwoLayers()
+    gf = _graphed(module, emulated_backend)
+    x = _x()
+    gf(x)
+    module.double()  # on the module, not through the GraphedForward's own .double()
+    torch.testing.assert_close(gf(x.double()), _eager(module, x.double()), rtol=0, atol=0)
+    assert gf.stats()["captures"] == 2
+
+
+def test_the_change_is_logged_by_its_path(emulated_backend, caplog):
+    module = TwoLayers()
+    gf = _graphed(module, emulated_backend)
+    gf(_x())
+    _reassign(module)
+    with caplog.at_level(logging.INFO, logger="graphed"):
+        gf(_x())
+    assert any(
+        "a.weight changed since the graphs were captured" in r.message for r in caplog.records
+    )
+
+
+# -- offload hooks ----------------------------------------------------------------------------
+
+
+def _accelerate_hooks():
+    return pytest.importorskip("accelerate.hooks", reason="accelerate is not installed")
+
+
+def test_a_module_under_cpu_offload_runs_eager_with_the_reason(emulated_backend, caplog):
+    hooks = _accelerate_hooks()
+    module = TwoLayers()
+    hooks.add_hook_to_module(module, hooks.CpuOffload(execution_device="cpu"))
+    with caplog.at_level(logging.WARNING, logger="graphed"):
+        gf = _graphed(module, emulated_backend)
+    x = _x()
+    torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)
+    stats = gf.stats()
+    assert (
+        not stats["enabled"] and "CpuOffload hook on the module itself" in stats["disabled_reason"]
+    )
+    assert "enable_model_cpu_offload" in stats["disabled_reason"]
+    assert stats["captures"] == 0 and stats["eager_calls"] == 1
+    assert any("CpuOffload" in r.message for r in caplog.records)
+
+
+def test_sequential_offload_added_after_capture_turns_the_runner_eager(emulated_backend):
+    _accelerate_hooks()
+    import accelerate
+
+    module = TwoLayers()
+    gf = _graphed(module, emulated_backend)
+    x = _x()
+    gf(x)
+    accelerate.cpu_offload(module, execution_device=torch.device("cpu"))
+    torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)
+    stats = gf.stats()
+    assert not stats["enabled"]
+    assert "AlignDevicesHook hook on 'a'" in stats["disabled_reason"], stats["disabled_reason"]
+
+
+# -- warm-up side effects ---------------------------------------------------------------------
+
+
+class Accumulates(torch.nn.Module):
+    """A forward that advances a tensor attribute (not a registered buffer) the graph reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = torch.zeros(1)
+
+    def forward(self, x):
+        self.steps.add_(1)
+        return x + self.steps
+
+
+def test_keep_alive_tensors_advance_once_per_call(emulated_backend):
+    held = torch.zeros(1)
+
+    def forward(x):
+        return x + held.add_(1)
+
+    gf = GraphedForward(forward, device="cpu", backend=emulated_backend, warmup_iters=2)
+    x = torch.ones(1)
+    first = gf(x, keep_alive=[held])
+    assert held.item() == 1.0  # the warm-ups were put back: one step, as eagerly
+    torch.testing.assert_close(first, torch.full((1,), 2.0), rtol=0, atol=0)
+    assert gf.stats()["captures"] == 1
+
+
+def test_a_tensor_attribute_is_put_back(emulated_backend):
+    module = Accumulates()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, warmup_iters=2)
+    x = torch.ones(1)
+    torch.testing.assert_close(gf(x), torch.full((1,), 2.0), rtol=0, atol=0)
+    assert module.steps.item() == 1.0
+
+
+class CountsInPython(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * 2
+
+
+def test_a_python_attribute_the_forward_rebinds_is_named_once(emulated_backend, caplog):
+    gf = GraphedForward(CountsInPython(), device="cpu", backend=emulated_backend, warmup_iters=2)
+    with caplog.at_level(logging.WARNING, logger="graphed"):
+        gf(torch.ones(2))
+        gf(torch.ones(3))
+    named = [r.message for r in caplog.records if "cannot put back" in r.message]
+    assert len(named) == 1 and "calls" in named[0], named
+
+
+# -- non-tensor outputs that do not follow from the key ------------------------------------------
+
+
+class ReturnsACounter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * 2, self.calls
+
+
+def test_a_non_tensor_output_that_varies_for_one_key_is_refused(emulated_backend):
+    module = ReturnsACounter()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, warmup_iters=2)
+    out, count = gf(torch.ones(2))
+    assert count == module.calls  # eager's value, not a capture's
+    stats = gf.stats()
+    assert not stats["enabled"]
+    assert "non-tensor output[1]" in stats["disabled_reason"], stats["disabled_reason"]
+    out, again = gf(torch.ones(2))
+    assert again == module.calls
+
+
+def test_a_non_tensor_output_that_follows_from_the_key_replays(emulated_backend):
+    gf = GraphedForward(
+        lambda x, scale: (x * scale, scale + 1), device="cpu", backend=emulated_backend
+    )
+    for _ in range(3):
+        assert gf(torch.ones(2), scale=2)[1] == 3
+    assert gf.stats()["enabled"] and gf.stats()["replays"] == 3
+
+
+# -- verify mode --------------------------------------------------------------------------------
+
+
+class ReadsAHiddenTensor(torch.nn.Module):
+    """Reads a tensor through an object attribute graphed cannot watch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.holder = type("Holder", (), {})()
+        self.holder.offset = torch.zeros(4)
+
+    def forward(self, x):
+        return self.linear(x) + self.holder.offset
+
+
+def _stale_after_capture(gf: GraphedForward, module: ReadsAHiddenTensor, device: str) -> None:
+    x = torch.ones(2, 4, device=device)
+    gf(x)
+    module.holder.offset = torch.ones(4, device=device)  # unseen: the graph reads the old tensor
+    return x
+
+
+def test_verify_catches_a_stale_graph_and_returns_eagers_result(emulated_backend, caplog):
+    module = ReadsAHiddenTensor()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, verify=3)
+    x = _stale_after_capture(gf, module, "cpu")
+    with caplog.at_level(logging.WARNING, logger="graphed"):
+        got = gf(x)
+    torch.testing.assert_close(got, _eager(module, x), rtol=0, atol=0)
+    stats = gf.stats()
+    assert not stats["enabled"]
+    assert "verify: call 2 of a graph differed from eager at output" in stats["disabled_reason"]
+    assert "largest difference 1 (bitwise" in stats["disabled_reason"], stats["disabled_reason"]
+    assert any("verify" in r.message for r in caplog.records)
+
+
+@_gpu
+def test_verify_catches_a_stale_graph_on_the_device():
+    module = ReadsAHiddenTensor().cuda()
+    gf = GraphedForward(module, device="cuda", verify=2)
+    x = _stale_after_capture(gf, module, "cuda")
+    torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)
+    assert "verify: call 2" in gf.disabled_reason
+
+
+def _forward_runs(backend: str, calls: int) -> tuple[int, dict]:
+    runs = []
+    module = TwoLayers()
+    module.register_forward_pre_hook(lambda m, args: runs.append(1))
+    gf = GraphedForward(module, device="cpu", backend=backend)
+    for _ in range(calls):
+        gf(_x())
+    return len(runs), gf.stats()
+
+
+def test_verify_passes_a_faithful_graph_and_stops_after_n_calls(emulated_backend, monkeypatch):
+    plain_runs, _ = _forward_runs(emulated_backend, 5)
+    monkeypatch.setenv("GRAPHED_VERIFY", "2")
+    verified_runs, stats = _forward_runs(emulated_backend, 5)
+    assert stats["enabled"], stats["disabled_reason"]
+    assert verified_runs == plain_runs + 2  # eager beside the graph's first two calls only
+
+
+def test_verify_with_a_tolerance_accepts_small_differences(emulated_backend):
+    module = ReadsAHiddenTensor()
+    gf = GraphedForward(
+        module, device="cpu", backend=emulated_backend, verify=3, verify_tolerance=(0.0, 2.0)
+    )
+    x = _stale_after_capture(gf, module, "cpu")
+    gf(x)
+    assert gf.stats()["enabled"]
+
+
+def test_verify_options_are_checked(monkeypatch):
+    with pytest.raises(ValueError, match="verify must be an int of 0 or more"):
+        GraphedForward(TwoLayers(), device="cpu", verify=-1)
+    with pytest.raises(ValueError, match=r"verify_tolerance must be \(rtol, atol\)"):
+        GraphedForward(TwoLayers(), device="cpu", verify=1, verify_tolerance=(1.0,))
+    monkeypatch.setenv("GRAPHED_VERIFY", "some")
+    with pytest.raises(ValueError, match=r"\$GRAPHED_VERIFY must be a whole number"):
+        GraphedForward(TwoLayers(), device="cpu")
