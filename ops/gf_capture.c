@@ -4,7 +4,8 @@
  *   1. Room: LRU eviction, or growth past max_entries when every entry is pinned; a new entry
  *      (gf_runner_capture_and_replay).
  *   2. Static copies: each live input cloned, the keep-alive tensors retained
- *      (gf_runner_take_static_inputs).
+ *      (gf_runner_take_static_inputs); after the warm-ups, a clone that another entry holds a
+ *      buffer of the same dtype and shape for becomes that buffer (gf_runner_share_static_inputs).
  *   3. Warm-ups on a side stream, the first of a runner's first capture under the sync probe; with
  *      a process group the ranks agree before them and after each (gf_runner_prepare_capture,
  *      gf_runner_prepare_forward, gf_runner_agree_on_stage).
@@ -18,6 +19,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 enum {
@@ -159,6 +161,12 @@ static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, i
   gf_status status = runner->host.run_forward(
       runner->host.context, probing ? GF_PHASE_PROBE : GF_PHASE_WARMUP,
       entry->static_inputs.tensors, entry->static_inputs.count, &scratch, NULL, err);
+  if (status == GF_OK) {
+    const int aliased = gf_pool_overlaps(&scratch, &entry->static_inputs);
+    entry->inputs_shareable = aliased                        ? -1
+                              : entry->inputs_shareable == 0 ? 1
+                                                             : entry->inputs_shareable;
+  }
   gf_runner_discard_outputs(runner, &scratch);
   if (probing && probe_status == GF_OK) {
     /* end only a probe that began */
@@ -235,6 +243,83 @@ static gf_status gf_runner_take_static_inputs(gf_runner *runner, gf_entry *entry
   return status;
 }
 
+/* The resident entry whose static input `index` can serve `entry`'s too: one whose inputs may be
+ * shared, holding a buffer of the same dtype, device and shape there. NULL when none. */
+static const gf_entry *gf_runner_input_lender(const gf_runner *runner, const gf_entry *entry,
+                                              size_t index) {
+  const gf_tensor *wanted = &entry->static_inputs.tensors[index];
+  for (const gf_entry *lender = runner->cache.newest; lender != NULL; lender = lender->lru_older) {
+    if (lender == entry || lender->inputs_shareable != 1 || lender->static_inputs.count <= index) {
+      continue;
+    }
+    const gf_tensor *held = &lender->static_inputs.tensors[index];
+    if (held->dtype == wanted->dtype && held->itemsize == wanted->itemsize &&
+        held->device_type == wanted->device_type && held->device_index == wanted->device_index &&
+        held->ndim == wanted->ndim &&
+        memcmp(held->sizes, wanted->sizes, (size_t)wanted->ndim * sizeof wanted->sizes[0]) == 0) {
+      return lender;
+    }
+  }
+  return NULL;
+}
+
+/* Static inputs not duplicated: each static input of a new entry that another resident entry of
+ * the runner holds a buffer of the same dtype and shape for, at the same position, becomes that
+ * buffer (a reference of the entry's own), and the clone the warm-ups ran on is released. Safe
+ * because the entries of one runner never replay at once (the shim serialises calls per runner;
+ * on the device, replays follow one another on one stream, or wait for the last one) and every
+ * replay copies all of its inputs in before its graph reads them: a buffer's values between
+ * replays belong to no one. In-place writes are written back within the replay that made them.
+ * Entries whose outputs alias their inputs (a forward that returns an input or a view of it) keep
+ * their own buffers and lend none, so that static outputs (static_outputs=True) survive other
+ * entries' replays as before; that is known only from a warm-up, so an entry captured without one
+ * shares nothing. The clone's values go into the shared buffer first, so that the capture reads
+ * this call's inputs, as it would have read the clone. */
+static gf_status gf_runner_share_static_inputs(gf_runner *runner, gf_entry *entry, gf_error *err) {
+  if (entry->inputs_shareable != 1) {
+    return GF_OK;
+  }
+  const size_t count = entry->static_inputs.count;
+  gf_status status = gf_runner_reserve_copies(runner, count, err);
+  gf_tensor *borrowed = status == GF_OK ? calloc(count ? count : 1, sizeof *borrowed) : NULL;
+  if (status == GF_OK && borrowed == NULL) {
+    status = gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory sharing static inputs");
+  }
+  size_t copies = 0;
+  for (size_t i = 0; status == GF_OK && i < count; ++i) {
+    const gf_entry *lender = gf_runner_input_lender(runner, entry, i);
+    if (lender == NULL) {
+      continue;
+    }
+    status = runner->host.retain(runner->host.context, &lender->static_inputs.tensors[i],
+                                 &borrowed[i], err);
+    if (status == GF_OK) {
+      const gf_tensor *clone = &entry->static_inputs.tensors[i];
+      runner->scratch_copies[copies++] =
+          (gf_copy){borrowed[i].data, clone->data, (size_t)gf_tensor_nbytes(clone)};
+    }
+  }
+  if (status == GF_OK && copies > 0) {
+    const gf_backend *backend = runner->backend;
+    status = backend->copy_batch(backend->context, runner->backend_state, runner->scratch_copies,
+                                 copies, err);
+  }
+  for (size_t i = 0; borrowed != NULL && i < count; ++i) {
+    if (borrowed[i].handle == NULL) {
+      continue;
+    }
+    gf_tensor *slot = &entry->static_inputs.tensors[i];
+    gf_tensor *released = status == GF_OK ? slot : &borrowed[i];
+    runner->host.release(runner->host.context, released->handle);
+    if (status == GF_OK) {
+      runner->pool_bytes -= gf_tensor_nbytes(slot); /* the lender's buffer is counted already */
+      *slot = borrowed[i];
+    }
+  }
+  free(borrowed);
+  return status;
+}
+
 /* The capture protocol for the first call of a signature, up to but not including agreement. */
 static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_tensor *inputs,
                                    size_t count, const gf_tensor *keep_alive,
@@ -242,6 +327,9 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
   gf_status status =
       gf_runner_take_static_inputs(runner, entry, inputs, count, keep_alive, keep_alive_count, err);
   status = gf_runner_prepare_capture(runner, entry, status, err);
+  if (status == GF_OK) {
+    status = gf_runner_share_static_inputs(runner, entry, err);
+  }
   if (status != GF_OK) {
     return status;
   }

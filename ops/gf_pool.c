@@ -1,6 +1,7 @@
 /* Static buffer pools (see gf_pool.h). */
 #include "gf_pool.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 gf_status gf_pool_add(gf_pool *pool, const gf_tensor *tensor, gf_error *err) {
@@ -49,4 +50,43 @@ void gf_pool_free(gf_pool *pool, gf_release_fn release, void *context) {
   free(pool->tensors);
   pool->tensors = NULL;
   pool->capacity = 0;
+}
+
+/* The bytes a view spans, [*first, *end) from its address: by its strides, which may be 0 or
+ * negative. 0 when it has no element. */
+static int gf_tensor_span(const gf_tensor *t, intptr_t *first, intptr_t *end) {
+  int64_t low = 0;
+  int64_t high = 0;
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->sizes[d] == 0) {
+      return 0;
+    }
+    const int64_t reach = (t->sizes[d] - 1) * t->strides[d];
+    if (reach < 0) {
+      low += reach;
+    } else {
+      high += reach;
+    }
+  }
+  *first = (intptr_t)t->data + (intptr_t)(low * t->itemsize);
+  *end = (intptr_t)t->data + (intptr_t)((high + 1) * t->itemsize);
+  return 1;
+}
+
+int gf_pool_overlaps(const gf_pool *a, const gf_pool *b) {
+  for (size_t i = 0; i < a->count; ++i) {
+    intptr_t a_first = 0;
+    intptr_t a_end = 0;
+    if (!gf_tensor_span(&a->tensors[i], &a_first, &a_end)) {
+      continue;
+    }
+    for (size_t j = 0; j < b->count; ++j) {
+      intptr_t b_first = 0;
+      intptr_t b_end = 0;
+      if (gf_tensor_span(&b->tensors[j], &b_first, &b_end) && a_first < b_end && b_first < a_end) {
+        return 1;
+      }
+    }
+  }
+  return 0;
 }

@@ -1,6 +1,7 @@
 /* A static buffer pool: the tensors one cache entry owns (its static inputs or outputs, or the
  * tensors it keeps alive), with their bytes accounted, released together on eviction, reset and
- * disable. Release goes back to the host (the shim, or a test) through a callback. */
+ * disable. Release goes back to the host (the shim, or a test) through a callback. A handle is one
+ * owning reference: two entries that share a static input each hold their own. */
 #ifndef GF_POOL_H
 #define GF_POOL_H
 
@@ -35,6 +36,10 @@ void gf_pool_truncate(gf_pool *pool, size_t first, gf_release_fn release, void *
 
 /* Releases the handles and frees the pool's own storage. */
 void gf_pool_free(gf_pool *pool, gf_release_fn release, void *context);
+
+/* 1 when a tensor of `a` shares a byte of memory with a tensor of `b` (views by their strides;
+ * tensors without elements share nothing). */
+int gf_pool_overlaps(const gf_pool *a, const gf_pool *b);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* 1 when a resident entry other than `entry` holds its static input `index` (the same buffer at
+ * the same position: see gf_runner_share_static_inputs). */
+static int gf_runner_input_held_elsewhere(const gf_runner *runner, const gf_entry *entry,
+                                          size_t index) {
+  if (entry->inputs_shareable != 1) {
+    return 0;
+  }
+  const void *data = entry->static_inputs.tensors[index].data;
+  for (const gf_entry *other = runner->cache.newest; other != NULL; other = other->lru_older) {
+    if (other != entry && other->inputs_shareable == 1 && other->static_inputs.count > index &&
+        other->static_inputs.tensors[index].data == data) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Bytes of the entry's static inputs that another resident entry holds too. */
+static int64_t gf_runner_shared_input_bytes(const gf_runner *runner, const gf_entry *entry) {
+  int64_t shared = 0;
+  for (size_t i = 0; i < entry->static_inputs.count; ++i) {
+    if (gf_runner_input_held_elsewhere(runner, entry, i)) {
+      shared += gf_tensor_nbytes(&entry->static_inputs.tensors[i]);
+    }
+  }
+  return shared;
+}
+
 void gf_runner_release_entry(void *context, gf_entry *entry) {
   gf_runner *runner = context;
   if (runner->evicting) {
@@ -23,7 +51,10 @@ void gf_runner_release_entry(void *context, gf_entry *entry) {
     runner->graph_bytes -= entry->device_bytes;
     entry->device_bytes = 0;
   }
-  runner->pool_bytes -= gf_pool_release(&entry->static_inputs, gf_runner_release_handle, runner);
+  /* A buffer another entry still holds stays counted (the entry is out of the cache by now). */
+  const int64_t still_held = gf_runner_shared_input_bytes(runner, entry);
+  runner->pool_bytes -=
+      gf_pool_release(&entry->static_inputs, gf_runner_release_handle, runner) - still_held;
   runner->pool_bytes -= gf_pool_release(&entry->static_outputs, gf_runner_release_handle, runner);
   gf_pool_release(&entry->keep_alive, gf_runner_release_handle, runner);
   if (entry->user != NULL && runner->host.release_user != NULL) {
@@ -224,6 +255,21 @@ void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
   stats->pool_bytes = runner->pool_bytes;
   stats->graph_bytes = runner->graph_bytes;
   stats->enabled = runner->enabled;
+  /* Each buffer counted once for every holder but the newest: what sharing saved. A walk over the
+   * entries, as stats is read rarely and keeps nothing on the call path. */
+  stats->shared_input_bytes = 0;
+  for (const gf_entry *entry = runner->cache.newest; entry != NULL; entry = entry->lru_older) {
+    for (size_t i = 0; entry->inputs_shareable == 1 && i < entry->static_inputs.count; ++i) {
+      const void *data = entry->static_inputs.tensors[i].data;
+      for (const gf_entry *newer = entry->lru_newer; newer != NULL; newer = newer->lru_newer) {
+        if (newer->inputs_shareable == 1 && newer->static_inputs.count > i &&
+            newer->static_inputs.tensors[i].data == data) {
+          stats->shared_input_bytes += gf_tensor_nbytes(&entry->static_inputs.tensors[i]);
+          break;
+        }
+      }
+    }
+  }
 }
 
 const char *gf_runner_disabled_reason(const gf_runner *runner) {
@@ -325,6 +371,7 @@ void gf_runner_visit_entries(const gf_runner *runner, gf_entry_visit_fn visit, v
     info.pinned = entry->pinned;
     info.folded = entry->folded;
     info.mutated_count = entry->mutated_count;
+    info.shared_input_bytes = gf_runner_shared_input_bytes(runner, entry);
     visit(context, &info);
   }
 }

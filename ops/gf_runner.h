@@ -39,6 +39,9 @@ typedef struct gf_runner_stats {
   int64_t pool_bytes; /* bytes held by static inputs and outputs of resident entries */
   int enabled;
   int64_t graph_bytes; /* device memory the resident entries' captures took (where known) */
+  /* bytes of static inputs one entry shares with another (counted in pool_bytes once): what
+   * sharing saved */
+  int64_t shared_input_bytes;
 } gf_runner_stats;
 
 typedef struct gf_runner gf_runner;
@@ -103,8 +106,9 @@ typedef struct gf_entry_info {
   int64_t static_bytes; /* its static inputs and outputs */
   int64_t device_bytes; /* what its capture took on the device, -1 when unknown */
   int pinned;
-  int folded;           /* a replay is one launch */
-  size_t mutated_count; /* inputs it writes back */
+  int folded;                 /* a replay is one launch */
+  size_t mutated_count;       /* inputs it writes back */
+  int64_t shared_input_bytes; /* its static inputs that another resident entry holds too */
 } gf_entry_info;
 
 typedef void (*gf_entry_visit_fn)(void *context, const gf_entry_info *info);

@@ -77,12 +77,32 @@ private:
   c10::ArrayRef<c10::IValue> items_;
 };
 
+// The table a runner on `device` is made on when it shares `pool`: the pool's, when its backend is
+// the one the runner would get (named, or chosen at load); else the runner's own (a pool of
+// another backend shares no memory with it). A pool on another device is a ValueError.
+const gf_backend *backend_sharing_pool(const std::shared_ptr<PoolSlot> &pool, c10::Device device,
+                                       const gf_backend *named) {
+  const bool same_index =
+      !pool->device.has_index() || !device.has_index() || pool->device.index() == device.index();
+  if (pool->device.type() != device.type() || !same_index) {
+    TORCH_CHECK_VALUE(false, format_message("graphed: the memory pool is on %s, the runner on %s; "
+                                            "give runners a pool of their own device",
+                                            pool->device.str().c_str(), device.str().c_str()));
+  }
+  const gf_backend *chosen = named != nullptr ? named : gf_backend_current();
+  if (pool->table != nullptr && std::string(pool->table->name) == chosen->name) {
+    return pool->table;
+  }
+  return named;
+}
+
 int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Device device,
                   int64_t max_entries, int64_t warmup_iters, bool enabled,
                   std::optional<c10::string_view> agree_op,
                   std::optional<c10::string_view> observer_op,
                   std::optional<c10::string_view> group_name,
-                  std::optional<c10::string_view> backend_name) {
+                  std::optional<c10::string_view> backend_name,
+                  std::optional<int64_t> memory_pool) {
   if (max_entries < 1 || warmup_iters < 0 || warmup_iters > INT32_MAX) {
     TORCH_CHECK_VALUE(false, format_message("graphed: max_entries must be at least 1 and "
                                             "warmup_iters between 0 and 2147483647, got %lld and "
@@ -98,6 +118,9 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
       TORCH_CHECK_VALUE(false, format_message("graphed: cannot use backend '%s': %s",
                                               std::string(*backend_name).c_str(), why));
     }
+  }
+  if (memory_pool.has_value()) {
+    backend = backend_sharing_pool(find_pool(*memory_pool), device, backend);
   }
   auto *context = new HostContext{find_operator(std::string(forward_op), "forward"),
                                   std::nullopt,
@@ -240,9 +263,9 @@ void forward_kernel(const c10::OperatorHandle &, torch::jit::Stack *stack) {
 
 // The names of stats' counters, in the order stats_op packs them: Python reads them through
 // stat_names, so the order is written here only.
-const char *const kStatNames[] = {"graphs",     "pinned",    "captures",
-                                  "replays",    "evictions", "eager_calls",
-                                  "pool_bytes", "enabled",   "graph_bytes"};
+const char *const kStatNames[] = {
+    "graphs",      "pinned",     "captures", "replays",     "evictions",
+    "eager_calls", "pool_bytes", "enabled",  "graph_bytes", "shared_input_bytes"};
 
 std::vector<std::string> stat_names_op() {
   return std::vector<std::string>(std::begin(kStatNames), std::end(kStatNames));
@@ -261,8 +284,9 @@ std::tuple<std::vector<int64_t>, std::string, std::string> stats_op(int64_t runn
                                 static_cast<int64_t>(stats.eager_calls),
                                 stats.pool_bytes,
                                 stats.enabled,
-                                stats.graph_bytes};
-  static_assert(sizeof kStatNames / sizeof kStatNames[0] == 9, "a name for every counter");
+                                stats.graph_bytes,
+                                stats.shared_input_bytes};
+  static_assert(sizeof kStatNames / sizeof kStatNames[0] == 10, "a name for every counter");
   return {counters, gf_runner_backend_name(slot->runner), gf_runner_disabled_reason(slot->runner)};
 }
 
@@ -287,14 +311,17 @@ void destroy_op(int64_t runner_id) {
 }
 
 // One row per resident entry, most recently used first: its key (hex), input shapes, replays,
-// static bytes, device bytes its capture took (-1: unknown), pinned, folded, written-back inputs.
-using EntryRows = std::tuple<std::vector<std::string>, std::vector<std::string>,
-                             std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
-                             std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
+// static bytes, device bytes its capture took (-1: unknown), pinned, folded, written-back inputs,
+// static input bytes it shares with another entry.
+using EntryRows =
+    std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>,
+               std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+               std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
 
 // The names of entries' columns, in their order: Python reads them through entry_fields.
-const char *const kEntryFields[] = {"key",          "shapes", "replays", "static_bytes",
-                                    "device_bytes", "pinned", "folded",  "written_back"};
+const char *const kEntryFields[] = {"key",          "shapes",       "replays",
+                                    "static_bytes", "device_bytes", "pinned",
+                                    "folded",       "written_back", "shared_input_bytes"};
 static_assert(sizeof kEntryFields / sizeof kEntryFields[0] == std::tuple_size<EntryRows>::value,
               "a name for every column");
 
@@ -319,6 +346,7 @@ void add_entry_row(void *context, const gf_entry_info *info) {
   std::get<5>(rows).push_back(info->pinned);
   std::get<6>(rows).push_back(info->folded);
   std::get<7>(rows).push_back(static_cast<int64_t>(info->mutated_count));
+  std::get<8>(rows).push_back(info->shared_input_bytes);
 }
 
 EntryRows entries_op(int64_t runner_id) {
@@ -327,6 +355,16 @@ EntryRows entries_op(int64_t runner_id) {
   EntryRows rows;
   gf_runner_visit_entries(slot->runner, add_entry_row, &rows);
   return rows;
+}
+
+int64_t pool_create_op(c10::Device device) { return create_pool(device); }
+
+void pool_release_op(int64_t pool_id) {
+  if (!release_pool(pool_id)) {
+    TORCH_CHECK_VALUE(false, format_message("graphed: no memory pool with id %lld to release (it "
+                                            "was released already, or never created)",
+                                            static_cast<long long>(pool_id)));
+  }
 }
 
 std::vector<std::string> backend_op() {
@@ -351,8 +389,10 @@ int64_t forward_phase_op() { return static_cast<int64_t>(forward_phase()); }
 TORCH_LIBRARY(graphed, m) {
   m.def("create(str name, str forward_op, Device device, int max_entries=16, "
         "int warmup_iters=2, bool enabled=True, str? agree_op=None, str? observer_op=None, "
-        "str? group_name=None, str? backend=None) -> int",
+        "str? group_name=None, str? backend=None, int? memory_pool=None) -> int",
         &graphed::create_op);
+  m.def("pool_create(Device device) -> int", &graphed::pool_create_op);
+  m.def("pool_release(int pool) -> ()", &graphed::pool_release_op);
   // pt2_compliant: its fake implementation (graphed/_fake.py) passes torch.library.opcheck
   // (tests/python/test_compile.py).
   m.def("forward(int runner, str key, Tensor[] inputs, Tensor[]? keep_alive=None, "
@@ -368,7 +408,7 @@ TORCH_LIBRARY(graphed, m) {
   m.def("backend() -> str[]", &graphed::backend_op);
   m.def("entry_replays(int runner, str key, Tensor[] inputs) -> int", &graphed::entry_replays_op);
   m.def("forward_phase() -> int", &graphed::forward_phase_op);
-  m.def("entries(int runner) -> (str[], str[], int[], int[], int[], int[], int[], int[])",
+  m.def("entries(int runner) -> (str[], str[], int[], int[], int[], int[], int[], int[], int[])",
         &graphed::entries_op);
   m.def("entry_fields() -> str[]", &graphed::entry_fields_op);
 }

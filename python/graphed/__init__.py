@@ -7,6 +7,7 @@ from ._fake import register_fakes as _register_fakes
 from ._forward import GraphedForward
 from ._generation import GraphedGeneration, graph_generation
 from ._library import backend, library_path, load_library
+from ._memory import MemoryPool, memory_table
 from ._pipelines import graph_pipeline, ungraph_pipeline
 from ._platform import CUDAGraphedForward, XPUGraphedForward, get_graphed_forward_cls
 from ._runner import Runner
@@ -20,6 +21,7 @@ __all__ = [
     "CUDAGraphedForward",
     "GraphedForward",
     "GraphedGeneration",
+    "MemoryPool",
     "Runner",
     "XPUGraphedForward",
     "backend",
@@ -32,6 +34,7 @@ __all__ = [
     "kwargs_signature",
     "library_path",
     "load_library",
+    "memory_table",
     "unflatten",
     "ungraph_pipeline",
 ]

@@ -12,6 +12,7 @@ import torch
 
 from . import _fake, _library
 from ._forward import runner_entries, runner_stats
+from ._memory import MemoryPool, pool_id_of
 
 
 class Runner:
@@ -33,9 +34,12 @@ class Runner:
         group_agree_op: str | None = None,
         name: str = "runner",
         backend: str | None = None,
+        memory_pool: MemoryPool | None = None,
     ) -> None:
-        """Advanced: `backend` names a registered backend for this runner alone (a test
-        plugin's "emulated"); None, the default, is the one chosen at load (graphed.backend())."""
+        """`memory_pool` (a graphed.MemoryPool of this device) makes the runner's graphs share
+        memory with the other runners of that pool; None, the default, gives it a pool of its own.
+        Advanced: `backend` names a registered backend for this runner alone (a test plugin's
+        "emulated"); None, the default, is the one chosen at load (graphed.backend())."""
         _library.load_library()
         self.forward_op = forward_op
         self.device = torch.device(device)
@@ -51,6 +55,7 @@ class Runner:
             None,
             None,
             backend,
+            pool_id_of(memory_pool),
         )
         _fake.operator_runners[self._id] = forward_op
 

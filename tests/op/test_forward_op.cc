@@ -81,11 +81,12 @@ protected:
                         std::optional<c10::string_view> backend = std::nullopt,
                         int64_t max_entries = 4) {
     using Name = std::optional<c10::string_view>;
-    static auto create_op = op("graphed::create")
-                                .typed<int64_t(c10::string_view, c10::string_view, c10::Device,
-                                               int64_t, int64_t, bool, Name, Name, Name, Name)>();
+    static auto create_op =
+        op("graphed::create")
+            .typed<int64_t(c10::string_view, c10::string_view, c10::Device, int64_t, int64_t, bool,
+                           Name, Name, Name, Name, std::optional<int64_t>)>();
     return create_op.call("cpp", forward, device, max_entries, 1, true, std::nullopt, std::nullopt,
-                          std::nullopt, backend);
+                          std::nullopt, backend, std::nullopt);
   }
 
   static std::vector<at::Tensor> forward(int64_t runner, const std::string &key,

@@ -1,0 +1,176 @@
+"""Graph memory (issue 22): graphed.MemoryPool and runners made on it (memory_pool=), the rules
+the shim enforces (a pool of the runner's device, a live pool, a pool that outlives its Python
+object while runners use it), static inputs shared between the entries of one runner (reported by
+stats() and entries(), every replay still computed from its own inputs, outputs that survive the
+next replay as before), and memory_table. CPU tests run on the emulated backend; the GPU tests
+(marked gpu) measure the memory figures on CUDA."""
+
+from __future__ import annotations
+
+import io
+
+import graphed
+import pytest
+import torch
+
+_gpu = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+_library = torch.library.Library("graphed_memory_test", "DEF")
+_library.define("scale(Tensor[] inputs) -> Tensor[]")
+_library.impl("scale", lambda inputs: [inputs[0] * 2 + inputs[1]], "CompositeExplicitAutograd")
+_library.define("identity(Tensor[] inputs) -> Tensor[]")
+_library.impl("identity", lambda inputs: [inputs[0]], "CompositeExplicitAutograd")
+
+
+def _runner(backend, pool=None, op="graphed_memory_test::scale", **options):
+    return graphed.Runner(op, device="cpu", backend=backend, memory_pool=pool, **options)
+
+
+def test_two_runners_on_one_pool_each_replay_their_own_graphs(emulated_backend):
+    pool = graphed.MemoryPool("cpu")
+    x, y = torch.arange(4.0), torch.ones(4)
+    with _runner(emulated_backend, pool) as first, _runner(emulated_backend, pool) as second:
+        for _ in range(3):
+            (a,) = first.forward("k", [x, y])
+            (b,) = second.forward("k", [x, y + 1])
+            torch.testing.assert_close(a, x * 2 + y)
+            torch.testing.assert_close(b, x * 2 + y + 1)
+        assert first.stats()["replays"] == second.stats()["replays"] == 3
+    assert "MemoryPool(device=cpu" in repr(pool)
+
+
+def test_a_pool_lives_while_a_runner_made_on_it_does(emulated_backend):
+    pool = graphed.MemoryPool("cpu")
+    runner = _runner(emulated_backend, pool)
+    pool.release()
+    pool.release()  # idempotent
+    assert "released" in repr(pool)
+    x = torch.arange(4.0)
+    (out,) = runner.forward("k", [x, x])
+    torch.testing.assert_close(out, x * 3)
+    runner.close()
+    with pytest.raises(ValueError, match="released"):
+        _runner(emulated_backend, pool)
+
+
+def test_a_pool_of_another_device_or_an_unknown_pool_is_refused(emulated_backend):
+    pool_id = torch.ops.graphed.pool_create(torch.device("meta"))
+    with pytest.raises(ValueError, match="the memory pool is on meta, the runner on cpu"):
+        torch.ops.graphed.create(
+            "p", "graphed_memory_test::scale", torch.device("cpu"), memory_pool=pool_id
+        )
+    torch.ops.graphed.pool_release(pool_id)
+    with pytest.raises(ValueError, match=f"no memory pool with id {pool_id}"):
+        torch.ops.graphed.create(
+            "p", "graphed_memory_test::scale", torch.device("cpu"), memory_pool=pool_id
+        )
+    with pytest.raises(ValueError, match="to release"):
+        torch.ops.graphed.pool_release(pool_id)
+    with pytest.raises(TypeError, match="graphed.MemoryPool or None"):
+        _runner(emulated_backend, pool=pool_id)
+
+
+def test_entries_of_one_shape_share_static_inputs_and_replay_their_own(emulated_backend):
+    x, y = torch.arange(6.0), torch.full((6,), 3.0)
+    with _runner(emulated_backend) as runner:
+        (a,) = runner.forward("a", [x, y])
+        (b,) = runner.forward("b", [x, y])
+        stats = runner.stats()
+        assert stats["captures"] == 2
+        assert stats["shared_input_bytes"] == 2 * 6 * 4
+        # Inputs counted once: one set of input buffers, each entry's own output.
+        assert stats["pool_bytes"] == 2 * 6 * 4 + 2 * 6 * 4
+        assert [entry["shared_input_bytes"] for entry in runner.entries()] == [48, 48]
+        torch.testing.assert_close(a, x * 2 + y)
+        torch.testing.assert_close(b, x * 2 + y)
+
+
+def test_evicting_under_churn_keeps_static_bytes_bounded(emulated_backend):
+    with _runner(emulated_backend, max_entries=2) as runner:
+        x = torch.arange(8.0)
+        for key in range(12):
+            runner.forward(f"k{key}", [x, x])
+        stats = runner.stats()
+        assert stats["evictions"] == 10 and stats["graphs"] == 2
+        assert stats["pool_bytes"] == 2 * 8 * 4 + 2 * 8 * 4
+        runner.reset()
+        assert runner.stats()["pool_bytes"] == 0
+
+
+def test_static_outputs_that_alias_inputs_survive_another_entrys_replay(emulated_backend):
+    """A forward that returns its input: its entries keep their own buffers, so the static output
+    of one survives the replay of another, as before sharing."""
+    with _runner(emulated_backend, op="graphed_memory_test::identity") as runner:
+        x = torch.arange(4.0)
+        (kept,) = runner.forward("a", [x], static_outputs=True)
+        runner.forward("b", [x + 10], static_outputs=True)
+        torch.testing.assert_close(kept, x)
+        assert runner.stats()["shared_input_bytes"] == 0
+
+
+def test_memory_table_lists_each_graph_and_the_totals(emulated_backend):
+    with _runner(emulated_backend) as runner:
+        x = torch.arange(4.0)
+        runner.forward("a", [x, x])
+        runner.forward("b", [x, x])
+        out = io.StringIO()
+        text = graphed.memory_table(runner, file=out)
+        assert out.getvalue() == text + "\n"
+        lines = text.splitlines()
+        assert lines[0].split()[:2] == ["shapes", "replays"]
+        assert len(lines) == 4  # header, two graphs, totals
+        assert lines[-1].startswith("2 graph(s): static buffers 64 B (of which 32 B shared")
+
+
+@_gpu[0]
+@_gpu[1]
+def test_two_runners_on_one_cuda_pool_reserve_about_the_larger():
+    """Two runners of one pool on CUDA: the second reserves little beyond the first's pool."""
+    device = torch.device("cuda")
+    weight = torch.randn(1024, 1024, device=device)
+
+    def reserved() -> int:
+        torch.cuda.synchronize()
+        return torch.cuda.memory_reserved(device)
+
+    _library.define("mlp(Tensor[] inputs) -> Tensor[]")
+    _library.impl(
+        "mlp",
+        lambda inputs: [torch.relu(inputs[0] @ weight) @ weight],
+        "CompositeExplicitAutograd",
+    )
+    pool = graphed.MemoryPool(device)
+    x = torch.randn(4096, 1024, device=device)
+    start = reserved()
+    with graphed.Runner("graphed_memory_test::mlp", device=device, memory_pool=pool) as first:
+        reference = first.forward("k", [x])[0]
+        alone = reserved() - start
+        with graphed.Runner("graphed_memory_test::mlp", device=device, memory_pool=pool) as second:
+            for _ in range(3):
+                torch.testing.assert_close(second.forward("k", [x])[0], reference)
+                torch.testing.assert_close(first.forward("k", [x])[0], reference)
+            both = reserved() - start
+    assert both <= 1.2 * alone + 2 * x.nbytes, (alone, both)
+
+
+@_gpu[0]
+@_gpu[1]
+def test_cuda_churn_does_not_grow_reserved_memory():
+    device = torch.device("cuda")
+    _library.define("square(Tensor[] inputs) -> Tensor[]")
+    _library.impl("square", lambda inputs: [inputs[0] * inputs[0] + 1], "CompositeExplicitAutograd")
+    with graphed.Runner("graphed_memory_test::square", device=device, max_entries=1) as runner:
+        sizes = [(1 << 20) + 4096 * i for i in range(4)]
+        for size in sizes:  # every capture evicts the one before
+            runner.forward("k", [torch.ones(size, device=device)])
+        torch.cuda.synchronize()
+        settled = torch.cuda.memory_reserved(device)
+        for _ in range(3):
+            for size in sizes:
+                out = runner.forward("k", [torch.full((size,), 2.0, device=device)])[0]
+                assert torch.equal(out, torch.full((size,), 5.0, device=device))
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_reserved(device) <= settled
+        assert runner.stats()["enabled"]
