@@ -21,7 +21,7 @@ from baselines import capture_bare, passthrough_op
 from methods import HOST_COST_METHODS
 from seed_wrapper import SeedGraphedForward
 from timing import HostClock, host_cost_interleaved, throughput_us
-from workloads import Alternating, FirstPlusOne
+from workloads import Alternating, FirstPlusOne, WeightedFirstPlusOne
 
 __all__ = ["run_host_cost"]
 
@@ -69,6 +69,12 @@ def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
     except Exception as error:  # reported; the other methods still run
         python_path = False
         why = f"failed: {type(error).__name__}: {_first_line(error)}"
+    # The watch of what graphs bake in (graphed._baked) over a DiT's 300 parameters, and a
+    # positional call bound to the forward's parameter names, on one runner: each row's
+    # difference from "graphed" (no parameters, a keyword call) is what it costs.
+    weighted = graphed.GraphedForward(
+        WeightedFirstPlusOne().to(device), device=device, name=f"host-k{k}-weights"
+    )
     seed = SeedGraphedForward(module, device=device, max_entries=16, warmup_iters=2)
     passthrough = passthrough_op()
     methods: dict[str, Callable[[], Any]] = {
@@ -77,6 +83,8 @@ def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
         "graphed_changing": Alternating(fast, xs, [x.clone() for x in xs]).__call__,
         "graphed_static": functools.partial(fast, xs=xs, static_outputs=True),
         "graphed_keep_alive": functools.partial(fast, xs=xs, keep_alive=(held,)),
+        "graphed_weights": functools.partial(weighted, xs=xs),
+        "graphed_positional": functools.partial(weighted, xs),
         # keep_alive, pin and static_outputs keep their schema defaults, as a caller that needs
         # none of them writes the call: torch converts and checks every argument passed from
         # Python.
@@ -96,7 +104,7 @@ def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
     context = {
         "expected": expected,
         "bare": bare,
-        "runners": {"graphed": fast, "op": via_op},
+        "runners": {"graphed": fast, "op": via_op, "weights": weighted},
         "notes": notes,
         "problems": problems,
     }

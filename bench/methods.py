@@ -25,6 +25,8 @@ HOST_COST_METHODS = {
     "graphed_changing": "GraphedForward, inputs and outputs at new addresses",
     "graphed_static": "GraphedForward static_outputs=True",
     "graphed_keep_alive": "GraphedForward keep_alive=(t,)",
+    "graphed_weights": "GraphedForward, module of 300 parameters (the watch)",
+    "graphed_positional": "GraphedForward, same module, xs positional",
     "graphed_op": "torch.ops.graphed.forward (pre-flattened)",
     "graphed_python": "GraphedForward, Python path (flatten+op)",
     "seed": "seed Python wrapper",

@@ -402,7 +402,10 @@ def _check_replays(results: dict) -> None:
     figures would then not be graph figures at all."""
     runners = []
     for k, stats in results.get("host_cost", {}).get("stats", {}).items():
-        runners += [(f"host cost K={k}, {name}", stats.get(name, {})) for name in ("graphed", "op")]
+        runners += [
+            (f"host cost K={k}, {name}", stats.get(name, {}))
+            for name in ("graphed", "op", "weights")
+        ]
     for size, entry in results.get("dit", {}).items():
         runners.append((f"DiT {size}", entry["stats"]["graphed"]))
     for what, stats in runners:

@@ -57,6 +57,44 @@ def _host_targets(results: dict) -> list[dict]:
     return targets
 
 
+# What the watch of baked-in tensors may add to a call over a DiT's 300 parameters, and what a
+# positional call may add at K=32 (microseconds, against rows of the same run).
+WATCH_LIMIT_US = 1.0
+POSITIONAL_LIMIT_US = 1.0
+POSITIONAL_K = 32
+
+
+def _added_cost_targets(results: dict) -> list[dict]:
+    """The watch (graphed_weights - graphed, every K) and positional binding (graphed_positional -
+    graphed_weights at K=32), each a difference of two medians of one run."""
+    ks = results.get("host_cost", {}).get("K", [])
+    text = f"the watch of 300 parameters adds <= {WATCH_LIMIT_US:g} us a call, every K"
+    parts, verdicts = [], []
+    for k in ks:
+        weights, plain = _host_us(results, "graphed_weights", k), _host_us(results, "graphed", k)
+        if weights is None or plain is None:
+            continue
+        verdicts.append(weights - plain <= WATCH_LIMIT_US)
+        parts.append(f"K={k}: {weights:.2f} - {plain:.2f} = {weights - plain:+.2f}")
+    watch = (
+        _target("watch", text, "PASS" if all(verdicts) else "MISS", "; ".join(parts) + " us")
+        if verdicts
+        else _target("watch", text, "N/A", _NOT_MEASURED)
+    )
+    text = f"a positional call adds <= {POSITIONAL_LIMIT_US:g} us at K={POSITIONAL_K}"
+    positional = _host_us(results, "graphed_positional", POSITIONAL_K)
+    keyword = _host_us(results, "graphed_weights", POSITIONAL_K)
+    if positional is None or keyword is None:
+        bound = _target("positional", text, "N/A", _NOT_MEASURED)
+    else:
+        added = positional - keyword
+        status = "PASS" if added <= POSITIONAL_LIMIT_US else "MISS"
+        bound = _target(
+            "positional", text, status, f"{positional:.2f} - {keyword:.2f} = {added:+.2f} us"
+        )
+    return [watch, bound]
+
+
 def _launch_target(results: dict) -> dict:
     text = "launches per replay independent of K (GraphedForward, K=4 vs K=64)"
     counts = results.get("launches", {}).get("graphed", {})
@@ -145,6 +183,7 @@ def evaluate(results: dict[str, Any]) -> list[dict]:
     """Every target of the issue, in its order, with its status and the figures behind it."""
     return [
         *_host_targets(results),
+        *_added_cost_targets(results),
         _launch_target(results),
         *_dit_targets(results),
         *_over_compile_targets(results),

@@ -54,6 +54,38 @@ class FirstPlusOne(nn.Module):
         return xs[0] + 1
 
 
+class WeightedFirstPlusOne(nn.Module):
+    """FirstPlusOne inside the module tree of a 24-block DiT: 24 blocks of attention (q, k, v and
+    out projections), two norms (adaLN's, without weights) and a two-layer MLP, 12 parameters
+    each, plus 12 of embedding and head: 300 parameters in 274 submodules, which GraphedForward
+    watches before every call
+    (graphed._baked). Each is one element, so the forward still launches one tiny kernel; its
+    `xs` may be passed positionally."""
+
+    def __init__(self, blocks: int = 24) -> None:
+        super().__init__()
+
+        def linear() -> nn.Module:
+            return nn.Linear(1, 1)
+
+        self.embed = nn.ModuleList([linear() for _ in range(3)])
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict(
+                {
+                    "attn": nn.ModuleList([linear() for _ in range(4)]),
+                    "norm1": nn.LayerNorm(1, elementwise_affine=False),
+                    "norm2": nn.LayerNorm(1, elementwise_affine=False),
+                    "mlp": nn.ModuleList([linear() for _ in range(2)]),
+                }
+            )
+            for _ in range(blocks)
+        )
+        self.head = nn.ModuleList([linear() for _ in range(3)])
+
+    def forward(self, xs: list[torch.Tensor]) -> torch.Tensor:
+        return xs[0] + 1
+
+
 class Alternating:
     """Calls `forward` with two sets of inputs in turn and holds each output until the call after
     next, so that every call's input and output addresses differ from the last call's (as in a
