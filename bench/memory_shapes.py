@@ -1,0 +1,218 @@
+"""Why this exists: the memory rows of the benchmark (issue 22). How much device memory N resident
+shapes of the Stable Audio Open DiT (diffusers' StableAudioDiTModel() default configuration, random
+weights, bf16, CFG batch 2) cost each method: GraphedForward, torch.compile reduce-overhead
+(CUDAGraph Trees) and the seed wrapper, for 1, 2, 4 and 6 latent lengths, each (method, N) in a
+fresh child process so that no cache of one measurement lends memory to the next. A child reports
+the growth of torch.cuda.memory_reserved and memory_allocated from before the first call to after
+one call of each shape, and the first call's latency (the first request of a server). A last row
+puts two GraphedForwards of one graphed.MemoryPool beside one alone.
+
+Runs only on a CUDA device; importing it does nothing. `python bench/memory_shapes.py --out DIR
+[--quick]` writes memory_shapes.json, memory_shapes.md and memory_shapes.png to DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FRAMES = [64, 108, 216, 432, 864, 1024]
+COUNTS = {"full": [1, 2, 4, 6], "quick": [1, 2]}
+METHODS = {
+    "graphed": "GraphedForward",
+    "compile": "torch.compile reduce-overhead",
+    "seed": "seed wrapper",
+    "graphed_pool_pair": "two GraphedForwards on one MemoryPool",
+}
+TEXT_ROWS = 130  # the prompt rows and the two duration rows
+MIB = 2**20
+
+
+def _model() -> Any:
+    from diffusers import StableAudioDiTModel
+
+    torch.manual_seed(0)
+    return StableAudioDiTModel().to("cuda", torch.bfloat16).eval()
+
+
+def _inputs(model: Any, frames: int) -> dict:
+    """One transformer call's keyword arguments for `frames` latent frames (CFG batch 2)."""
+    from diffusers.models.embeddings import get_1d_rotary_pos_embed
+
+    config = model.config
+    generator = torch.Generator("cpu").manual_seed(frames)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator).to("cuda", torch.bfloat16)
+
+    rotary = get_1d_rotary_pos_embed(
+        config.attention_head_dim // 2, frames + 1, use_real=True, repeat_interleave_real=False
+    )
+    return {
+        "hidden_states": randn(2, config.in_channels, frames),
+        "timestep": torch.full((1,), 0.5, device="cuda"),
+        "encoder_hidden_states": randn(2, TEXT_ROWS, config.cross_attention_input_dim),
+        "global_hidden_states": randn(2, 1, config.global_states_input_dim),
+        "rotary_embedding": tuple(part.to("cuda") for part in rotary),
+        "return_dict": False,
+    }
+
+
+def _wrap(method: str, model: Any) -> Any:
+    import graphed
+
+    if method == "compile":
+        return torch.compile(model, mode="reduce-overhead", dynamic=False)
+    if method == "seed":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from seed_wrapper import SeedGraphedForward
+
+        return SeedGraphedForward(model, device=torch.device("cuda"))
+    return graphed.GraphedForward(model, device="cuda", max_entries=16)
+
+
+def _measure(method: str, count: int) -> dict:
+    """In the child: memory growth over `count` shapes and the first call's latency."""
+    model = _model()
+    shapes = [_inputs(model, frames) for frames in FRAMES[:count]]
+    torch.cuda.synchronize()
+    reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
+    wrapped = [_wrap(method, model)]
+    if method == "graphed_pool_pair":
+        import graphed
+
+        pool = graphed.MemoryPool("cuda")
+        wrapped = [
+            graphed.GraphedForward(model, device="cuda", memory_pool=pool),
+            graphed.GraphedForward(model, device="cuda", memory_pool=pool),
+        ]
+    first_ms = None
+    with torch.no_grad():
+        for runner in wrapped:
+            for kwargs in shapes:
+                started = time.perf_counter()
+                runner(**kwargs)
+                torch.cuda.synchronize()
+                if first_ms is None:
+                    first_ms = (time.perf_counter() - started) * 1e3
+            for kwargs in shapes:  # one more call each, after the captures
+                runner(**kwargs)
+    torch.cuda.synchronize()
+    result = {
+        "reserved_mib": (torch.cuda.memory_reserved() - reserved) / MIB,
+        "allocated_mib": (torch.cuda.memory_allocated() - allocated) / MIB,
+        "first_call_ms": first_ms,
+    }
+    if method != "compile" and method != "seed":
+        stats = wrapped[0].stats()
+        result["pool_mib"] = stats["pool_bytes"] / MIB
+        result["shared_input_mib"] = stats.get("shared_input_bytes", 0) / MIB
+    return result
+
+
+def _child(method: str, count: int) -> dict:
+    """One measurement in a fresh process; {'error': ...} when it failed."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", method, str(count)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("MEMORY_SHAPES "):
+            return json.loads(line.split(" ", 1)[1])
+    return {"error": (done.stderr or done.stdout).strip().splitlines()[-3:]}
+
+
+def run(counts: list[int]) -> dict:
+    """Every (method, count) row, each in its own child process."""
+    rows: dict[str, dict[str, Any]] = {method: {} for method in METHODS}
+    for method in METHODS:
+        for count in counts if method != "graphed_pool_pair" else [counts[-1]]:
+            rows[method][str(count)] = _child(method, count)
+    return {"frames": FRAMES, "counts": counts, "labels": METHODS, "rows": rows}
+
+
+def table(results: dict) -> list[str]:
+    """Markdown: reserved / allocated growth (MiB) and first-call ms per method and shape count."""
+    lines = [
+        "| method | shapes | reserved growth (MiB) | allocated growth (MiB) | first call (ms) |",
+        "|---|---|---|---|---|",
+    ]
+    for method, label in results["labels"].items():
+        for count, row in results["rows"][method].items():
+            if "error" in row:
+                lines.append(f"| {label} | {count} | failed: {' '.join(row['error'])} | | |")
+                continue
+            lines.append(
+                f"| {label} | {count} | {row['reserved_mib']:.1f} | {row['allocated_mib']:.1f} "
+                f"| {row['first_call_ms']:.0f} |"
+            )
+    return lines
+
+
+def plot(results: dict, out_dir: Path) -> tuple[Path | None, str]:
+    """Reserved growth against resident shapes, a line per method; (path, '') or (None, why)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        return None, f"matplotlib is not installed ({error})"
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for method, label in results["labels"].items():
+        points = [
+            (int(count), row["reserved_mib"])
+            for count, row in results["rows"][method].items()
+            if "error" not in row
+        ]
+        if points:
+            axes.plot(*zip(*points, strict=True), marker="o", label=label)
+    axes.set_xlabel("resident shapes (latent lengths 64 ... 1024)")
+    axes.set_ylabel("memory_reserved growth (MiB)")
+    axes.set_title("Stable Audio Open DiT, bf16, CFG batch 2: memory of resident graphs")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    path = out_dir / "memory_shapes.png"
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="memory of resident shapes (see its doc)")
+    parser.add_argument("--out", type=Path, help="folder for the results")
+    parser.add_argument("--quick", action="store_true", help="1 and 2 shapes only")
+    parser.add_argument("--child", nargs=2, metavar=("METHOD", "COUNT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("memory_shapes: needs a CUDA device; nothing measured", flush=True)
+        return 0
+    if args.child:
+        result = _measure(args.child[0], int(args.child[1]))
+        print("MEMORY_SHAPES " + json.dumps(result), flush=True)
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = run(COUNTS["quick" if args.quick else "full"])
+    (args.out / "memory_shapes.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / "memory_shapes.md").write_text("\n".join(table(results)) + "\n")
+    path, why = plot(results, args.out)
+    print("\n".join(table(results)))
+    print(f"plot: {path}" if path else f"no plot: {why}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
