@@ -81,7 +81,7 @@ def _wrap(method: str, model: Any) -> Any:
 def _measure(method: str, count: int) -> dict:
     """In the child: memory growth over `count` shapes and the first call's latency."""
     model = _model()
-    shapes = [_inputs(model, frames) for frames in FRAMES[:count]]
+    shapes = [_inputs(model, frames) for frames in (FRAMES[:count] if count > 0 else FRAMES[-1:])]
     torch.cuda.synchronize()
     reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
     wrapped = [_wrap(method, model)]
@@ -138,7 +138,45 @@ def run(counts: list[int]) -> dict:
     for method in METHODS:
         for count in counts if method != "graphed_pool_pair" else [counts[-1]]:
             rows[method][str(count)] = _child(method, count)
+    # The largest shape alone: what "the price of the largest one" is measured against.
+    for method in ("graphed", "compile"):
+        rows[method][LARGEST] = _child(method, -1)
     return {"frames": FRAMES, "counts": counts, "labels": METHODS, "rows": rows}
+
+
+LARGEST = f"{FRAMES[-1]} alone"
+# The issue's bounds: N resident shapes reserve at most reduce-overhead's growth and at most 1.5x
+# the largest shape alone; two runners on one pool at most 1.2x one of them alone.
+LARGEST_MULTIPLE = 1.5
+PAIR_MULTIPLE = 1.2
+
+
+def verdicts(results: dict) -> list[str]:
+    """PASS/MISS lines for the bounds above, from the rows of this run."""
+    rows = results["rows"]
+    most = str(results["counts"][-1])
+
+    def reserved(method: str, count: str) -> float | None:
+        row = rows.get(method, {}).get(count, {})
+        return None if "error" in row or not row else row["reserved_mib"]
+
+    graphed, compiled = reserved("graphed", most), reserved("compile", most)
+    largest, pair = reserved("graphed", LARGEST), reserved("graphed_pool_pair", most)
+    lines = []
+    checks = (
+        (f"{most} shapes: graphed <= reduce-overhead", graphed, compiled, 1.0),
+        (f"{most} shapes: graphed <= {LARGEST_MULTIPLE}x the largest alone", graphed, largest,
+         LARGEST_MULTIPLE),
+        (f"two runners on one pool <= {PAIR_MULTIPLE}x one alone ({most} shapes)", pair, graphed,
+         PAIR_MULTIPLE),
+    )  # fmt: skip
+    for text, value, reference, multiple in checks:
+        if value is None or reference is None:
+            lines.append(f"N/A  {text}: not measured")
+            continue
+        status = "PASS" if value <= multiple * reference + 1e-9 else "MISS"
+        lines.append(f"{status} {text}: {value:.1f} MiB vs {multiple:g} x {reference:.1f} MiB")
+    return lines
 
 
 def table(results: dict) -> list[str]:
@@ -210,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "memory_shapes.md").write_text("\n".join(table(results)) + "\n")
     path, why = plot(results, args.out)
     print("\n".join(table(results)))
+    print("\n".join(verdicts(results)))
     print(f"plot: {path}" if path else f"no plot: {why}")
     return 0
 

@@ -21,6 +21,7 @@ import torch
 from . import _groups, _library, _observe, _phases, _verify
 from ._baked import BakedState, weight_moving_hook
 from ._device_hooks import hooks_for, resolve_device
+from ._memory import MemoryPool, pool_id_of
 from ._native import _graphed_fastcall as _fastcall
 from ._tree import flatten_kwargs, flatten_output, rebuild_output, unflatten
 
@@ -279,6 +280,7 @@ class GraphedForward:
         cpu_inputs: str = "refuse",
         verify: int | None = None,
         verify_tolerance: tuple[float, float] | None = None,
+        memory_pool: MemoryPool | None = None,
     ) -> None:
         """Wraps `module` (any callable taking keyword arguments) for `device`.
 
@@ -304,7 +306,12 @@ class GraphedForward:
         largest difference in disabled_reason, warns, and returns eager's result. None reads
         $GRAPHED_VERIFY (0 when unset). The way to prove a new model safe to graph; each verified
         call runs the forward twice, so a forward that advances state (a cache) reports a
-        difference by design (graphed._verify)."""
+        difference by design (graphed._verify).
+
+        memory_pool (a graphed.MemoryPool of this device) makes this runner's graphs, warm-ups
+        and probe allocate from that pool, shared with the other runners made on it, so that
+        the components of one pipeline reserve about what the largest needs (graphed._memory);
+        None, the default, gives the runner a pool of its own."""
         _library.load_library()
         _check_reserved(module)
         if cpu_inputs not in CPU_INPUT_CHOICES:
@@ -356,7 +363,9 @@ class GraphedForward:
             observer_op,
             group_name,
             backend,
+            pool_id_of(memory_pool),
         )
+        self.memory_pool = memory_pool
         _runners[self._id] = self
         if group is not None:
             _groups.track(self._id, self)
