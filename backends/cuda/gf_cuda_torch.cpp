@@ -3,6 +3,7 @@
 
 #include "gf_torch_errors.h"
 
+#include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -27,9 +28,8 @@ struct gf_cuda_torch_pool {
   // a time (the allocator routes one pool to one capture). Recursive: a forward may call another
   // runner of the pool, whose warm-ups then nest in the routing already under way.
   std::recursive_mutex capture_mutex;
-  int routing_depth = 0;                // under capture_mutex
-  int64_t allocated_before_warmup = -1; // under capture_mutex: see warmup_end
-  bool warned_kept = false;
+  int routing_depth = 0; // under capture_mutex: nested warm-ups (see warmup_begin)
+  bool routing = false;  // under capture_mutex: the warm-ups under way allocate from the pool
   // The stream the pool's memory was last used on, and the event a switch waits on (recorded on
   // the side stream when a warm-up or capture ends, on any other stream at the switch).
   std::atomic<cudaStream_t> last_stream{nullptr};
@@ -37,6 +37,7 @@ struct gf_cuda_torch_pool {
   cudaEvent_t handoff = nullptr;
   std::atomic<int> graphs{0}; // resident graphs captured into it
   std::atomic<int> references{1};
+  bool captured_into = false; // under capture_mutex: a capture began on `id`
 };
 
 struct gf_cuda_torch_graph {
@@ -120,10 +121,44 @@ extern "C" int gf_cuda_torch_graphs_supported(void *, int device_type, int devic
   }
 }
 
+namespace {
+
+// The pool's own reference in the caching allocator, taken as torch's own warm-up manager
+// (cudagraph_trees' _use_cuda_memory_pool_manager) takes one for a while: begin creates or counts
+// the pool, and routes nothing here (the filter matches no stream).
+void take_own_reference(c10::DeviceIndex device, at::cuda::MempoolId_t id) {
+  c10::cuda::CUDACachingAllocator::beginAllocateToPool(device, id,
+                                                       [](cudaStream_t) { return false; });
+  c10::cuda::CUDACachingAllocator::endAllocateToPool(device, id);
+}
+
+// Before a warm-up or capture (under capture_mutex): a pool whose graphs are all gone takes a
+// fresh id. torch's pinned host allocator (torch 2.11) counts a graph pool's captures too, and
+// asserts when a capture begins on a pool id whose count went back to zero, as it does when
+// every graph of the id is dropped (reset(), or a changed module's graphs). The old id's memory
+// is left to the allocator, which frees a pool nothing uses when it needs the room or on
+// empty_cache; the pool's own reference moves to the new id.
+void fresh_id_if_emptied(gf_cuda_torch_pool *pool) {
+  if (!pool->captured_into || pool->graphs.load() > 0) {
+    return;
+  }
+  const at::cuda::MempoolId_t old = pool->id;
+  pool->id = at::cuda::graph_pool_handle();
+  take_own_reference(pool->device, pool->id);
+  pool->captured_into = false;
+  c10::cuda::CUDACachingAllocator::releasePool(pool->device, old);
+}
+
+} // namespace
+
 extern "C" gf_status gf_cuda_torch_pool_create(int device_index, gf_cuda_torch_pool **pool,
                                                gf_error *err) {
   *pool = nullptr;
   try {
+    // The caching allocator knows no device until torch's CUDA state is initialized (a C++
+    // caller may make a runner before its first CUDA tensor): begin/endAllocateToPool below
+    // would fail with "Invalid device argument".
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
     auto made = std::make_unique<gf_cuda_torch_pool>();
     made->device = device_index >= 0 ? static_cast<c10::DeviceIndex>(device_index)
                                      : c10::cuda::current_device();
@@ -136,9 +171,7 @@ extern "C" gf_status gf_cuda_torch_pool_create(int device_index, gf_cuda_torch_p
     // memory) to the next capture instead of freeing it. Taken as torch's own warm-up manager
     // (cudagraph_trees' _use_cuda_memory_pool_manager) takes one for a while: begin creates or
     // counts the pool, and routes nothing here (the filter matches no stream).
-    c10::cuda::CUDACachingAllocator::beginAllocateToPool(made->device, made->id,
-                                                         [](cudaStream_t) { return false; });
-    c10::cuda::CUDACachingAllocator::endAllocateToPool(made->device, made->id);
+    take_own_reference(made->device, made->id);
     *pool = made.release();
     return GF_OK;
   } catch (...) {
@@ -340,14 +373,15 @@ gf_status side_stream_end(gf_cuda_torch_runner *runner, gf_error *err) {
 
 } // namespace
 
-// The warm-ups' allocations go to the pool, as CUDAGraph Trees route theirs: the capture that
-// follows then reuses the very blocks its warm-ups used, and N resident shapes reserve about what
-// the largest needs, instead of the largest warm-up's blocks kept reserved in the ordinary pool
-// beside the graphs' own. Only allocations on the pool's side stream are routed (the stream
-// filter), so other threads' work stays in the ordinary pool. A forward that keeps a tensor it
-// made in a warm-up (state filled on first use) would keep it in memory that other graphs of the
-// pool use while they replay: that is said once, as a warning, where it can happen (the pool holds
-// graphs already).
+// While the pool holds no graph, the warm-ups' allocations go to the pool, as CUDAGraph Trees
+// route theirs: the capture that follows then reuses the very blocks its warm-ups used, instead of
+// the warm-ups' blocks staying reserved in the ordinary pool beside the graph's own. Only
+// allocations on the pool's side stream are routed (the stream filter), so other threads' work
+// stays in the ordinary pool. Once the pool holds a graph, its free blocks are that graph's
+// scratch memory, which every replay of it writes: a tensor a warm-up made and the forward kept
+// (state filled on first use, a cache for a new length) could land there and be overwritten, so
+// later warm-ups allocate from the ordinary pool, as they did before routing existed. (CUDAGraph
+// Trees can route them all because they track which of a pool's tensors are alive.)
 extern "C" gf_status gf_cuda_torch_warmup_begin(void *, void *state, gf_error *err) {
   gf_cuda_torch_runner *runner = torch_runner_of(state);
   gf_status status = side_stream_begin(runner, err);
@@ -357,10 +391,13 @@ extern "C" gf_status gf_cuda_torch_warmup_begin(void *, void *state, gf_error *e
   gf_cuda_torch_pool *pool = runner->pool;
   try {
     if (pool->routing_depth == 0) {
-      pool->allocated_before_warmup = pool->graphs.load() > 0 ? allocated_bytes(pool->device) : -1;
-      const cudaStream_t side = pool->side_stream->stream();
-      c10::cuda::CUDACachingAllocator::beginAllocateToPool(
-          pool->device, pool->id, [side](cudaStream_t stream) { return stream == side; });
+      fresh_id_if_emptied(pool);
+      pool->routing = pool->graphs.load() == 0;
+      if (pool->routing) {
+        const cudaStream_t side = pool->side_stream->stream();
+        c10::cuda::CUDACachingAllocator::beginAllocateToPool(
+            pool->device, pool->id, [side](cudaStream_t stream) { return stream == side; });
+      }
     }
     pool->routing_depth++;
     return GF_OK;
@@ -377,19 +414,11 @@ extern "C" gf_status gf_cuda_torch_warmup_end(void *, void *state, gf_error *err
   gf_cuda_torch_pool *pool = runner->pool;
   gf_status status = GF_OK;
   try {
-    if (--pool->routing_depth == 0) {
+    if (--pool->routing_depth == 0 && pool->routing) {
+      pool->routing = false;
       c10::cuda::CUDACachingAllocator::endAllocateToPool(pool->device, pool->id);
       // begin counted a use of the pool; the pool's own reference keeps it.
       c10::cuda::CUDACachingAllocator::releasePool(pool->device, pool->id);
-      const int64_t before = pool->allocated_before_warmup;
-      if (before >= 0 && !pool->warned_kept && allocated_bytes(pool->device) > before) {
-        pool->warned_kept = true;
-        TORCH_WARN("graphed: the forward kept memory it allocated during a warm-up (",
-                   allocated_bytes(pool->device) - before,
-                   " bytes, on the device); warm-ups allocate from the graph memory pool, where "
-                   "the replays of other graphs may overwrite a tensor kept across calls: make "
-                   "such state before the first call (said once per pool)");
-      }
     }
   } catch (...) {
     status = graphed::status_of_current_exception(
@@ -419,7 +448,11 @@ extern "C" gf_status gf_cuda_torch_capture_begin(gf_cuda_torch_runner *runner, g
     return status;
   }
   try {
+    if (runner->pool->routing_depth == 0) {
+      fresh_id_if_emptied(runner->pool);
+    }
     runner->capturing = std::make_unique<gf_cuda_torch_graph>();
+    runner->pool->captured_into = true;
     runner->capturing->graph.capture_begin(runner->pool->id);
     return GF_OK;
   } catch (...) {

@@ -81,7 +81,10 @@ def _resize_storage(m: TwoLayers) -> None:
     weight = m.b.weight
     values = weight.detach().clone()
     weight.untyped_storage().resize_(0)
+    # what the freed block could be handed to, so that the storage's new one is elsewhere
+    occupying = torch.empty_like(values)
     weight.untyped_storage().resize_(values.numel() * values.element_size())
+    del occupying
     with torch.no_grad():
         weight.copy_(values * 3)
 
@@ -341,6 +344,7 @@ def test_verify_catches_a_stale_graph_and_returns_eagers_result(emulated_backend
 @_gpu
 def test_verify_catches_a_stale_graph_on_the_device():
     module = ReadsAHiddenTensor().cuda()
+    module.holder.offset = module.holder.offset.cuda()  # unseen by .cuda(), as by the watch
     gf = GraphedForward(module, device="cuda", verify=2)
     x = _stale_after_capture(gf, module, "cuda")
     torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)
