@@ -4,6 +4,7 @@
 #include "gf_torch_errors.h"
 
 #include <ATen/Context.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -37,7 +38,6 @@ struct gf_cuda_torch_pool {
   cudaEvent_t handoff = nullptr;
   std::atomic<int> graphs{0}; // resident graphs captured into it
   std::atomic<int> references{1};
-  bool captured_into = false; // under capture_mutex: a capture began on `id`
 };
 
 struct gf_cuda_torch_graph {
@@ -123,30 +123,38 @@ extern "C" int gf_cuda_torch_graphs_supported(void *, int device_type, int devic
 
 namespace {
 
-// The pool's own reference in the caching allocator, taken as torch's own warm-up manager
+// torch's pinned host allocator (torch 2.11 and later) counts a graph pool's captures as well, and
+// asserts when a capture begins on a pool id whose count went back to zero, as it does when every
+// graph of the id is dropped (reset(), a changed module, max_entries=1 churn). The pool holds a
+// reference there too, taken the same way, where the allocator has graph pools at all (found at
+// compile time, so that a torch without them still builds).
+struct NoStream {
+  template <typename Stream> bool operator()(Stream) const { return false; }
+};
+
+template <typename Allocator>
+auto hold_host_pool(Allocator *host, at::cuda::MempoolId_t id, int)
+    -> decltype(host->begin_allocate_to_pool(id, NoStream{}), void()) {
+  host->begin_allocate_to_pool(id, NoStream{});
+  host->end_allocate_to_pool(id);
+}
+template <typename Allocator> void hold_host_pool(Allocator *, at::cuda::MempoolId_t, long) {}
+
+template <typename Allocator>
+auto release_host_pool(Allocator *host, at::cuda::MempoolId_t id, int)
+    -> decltype(host->release_pool(id), void()) {
+  host->release_pool(id);
+}
+template <typename Allocator> void release_host_pool(Allocator *, at::cuda::MempoolId_t, long) {}
+
+// The pool's own reference in the caching allocators, taken as torch's own warm-up manager
 // (cudagraph_trees' _use_cuda_memory_pool_manager) takes one for a while: begin creates or counts
 // the pool, and routes nothing here (the filter matches no stream).
 void take_own_reference(c10::DeviceIndex device, at::cuda::MempoolId_t id) {
   c10::cuda::CUDACachingAllocator::beginAllocateToPool(device, id,
                                                        [](cudaStream_t) { return false; });
   c10::cuda::CUDACachingAllocator::endAllocateToPool(device, id);
-}
-
-// Before a warm-up or capture (under capture_mutex): a pool whose graphs are all gone takes a
-// fresh id. torch's pinned host allocator (torch 2.11) counts a graph pool's captures too, and
-// asserts when a capture begins on a pool id whose count went back to zero, as it does when
-// every graph of the id is dropped (reset(), or a changed module's graphs). The old id's memory
-// is left to the allocator, which frees a pool nothing uses when it needs the room or on
-// empty_cache; the pool's own reference moves to the new id.
-void fresh_id_if_emptied(gf_cuda_torch_pool *pool) {
-  if (!pool->captured_into || pool->graphs.load() > 0) {
-    return;
-  }
-  const at::cuda::MempoolId_t old = pool->id;
-  pool->id = at::cuda::graph_pool_handle();
-  take_own_reference(pool->device, pool->id);
-  pool->captured_into = false;
-  c10::cuda::CUDACachingAllocator::releasePool(pool->device, old);
+  hold_host_pool(at::getHostAllocator(at::kCUDA), id, 0);
 }
 
 } // namespace
@@ -192,6 +200,7 @@ extern "C" void gf_cuda_torch_pool_release(gf_cuda_torch_pool *pool) {
   }
   try {
     c10::cuda::CUDACachingAllocator::releasePool(pool->device, pool->id);
+    release_host_pool(at::getHostAllocator(at::kCUDA), pool->id, 0);
   } catch (...) {
     // The allocator is gone (interpreter exit): nothing is left to give back.
   }
@@ -391,7 +400,6 @@ extern "C" gf_status gf_cuda_torch_warmup_begin(void *, void *state, gf_error *e
   gf_cuda_torch_pool *pool = runner->pool;
   try {
     if (pool->routing_depth == 0) {
-      fresh_id_if_emptied(pool);
       pool->routing = pool->graphs.load() == 0;
       if (pool->routing) {
         const cudaStream_t side = pool->side_stream->stream();
@@ -448,11 +456,7 @@ extern "C" gf_status gf_cuda_torch_capture_begin(gf_cuda_torch_runner *runner, g
     return status;
   }
   try {
-    if (runner->pool->routing_depth == 0) {
-      fresh_id_if_emptied(runner->pool);
-    }
     runner->capturing = std::make_unique<gf_cuda_torch_graph>();
-    runner->pool->captured_into = true;
     runner->capturing->graph.capture_begin(runner->pool->id);
     return GF_OK;
   } catch (...) {

@@ -20,6 +20,7 @@ import collections
 import contextlib
 import itertools
 import math
+import types
 import warnings
 from dataclasses import replace
 
@@ -401,14 +402,15 @@ def test_capture_context_is_entered_around_probe_warmup_and_capture(small_model)
 
 
 class AddTable(nn.Module):
-    """Reads a tensor that is not an input: its address is baked into the graph."""
+    """Reads a tensor that is not an input, through an object graphed does not watch (a module
+    attribute would be: re-assigning it captures again): its address is baked into the graph."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.table: torch.Tensor | None = None
+        self.holder = types.SimpleNamespace(table=None)
 
     def forward(self, *, x):
-        return x * 3 + self.table
+        return x * 3 + self.holder.table
 
 
 def test_keep_alive_holds_a_tensor_the_graph_reads():
@@ -416,11 +418,11 @@ def test_keep_alive_holds_a_tensor_the_graph_reads():
     module = AddTable()
     table = torch.randn(numel, device="cuda")
     expected_table = table.clone()
-    module.table = table
+    module.holder.table = table
     gf = GraphedForward(module, device="cuda")
     x = torch.randn(numel, device="cuda")
     torch.testing.assert_close(gf(x=x, keep_alive=table), x * 3 + expected_table)
-    module.table = None
+    module.holder.table = None
     del table
     torch.cuda.synchronize()
     # Without the hold, the allocator would hand the table's block to these.
