@@ -511,7 +511,10 @@ class GraphedForward:
         )
         phase = _phases.current_phase()
         settles_state = self._baked is not None and phase in (_PHASE_CAPTURE, _PHASE_EAGER)
-        before = BakedState(self.module) if settles_state and phase == _PHASE_CAPTURE else None
+        if settles_state and phase == _PHASE_CAPTURE and self._call_state.watch_fired():
+            # The probe or the warm-ups changed what the watch sees (a lazy setup): the capture's
+            # forward is judged against the module as they left it.
+            self._record_baked()
         try:
             with (
                 self._context_for_forward(),
@@ -533,7 +536,7 @@ class GraphedForward:
         state.record_template(template)
         _verify.check_template_of_key(self, phase, template)
         if settles_state:
-            self._settle_after_forward(before)
+            self._settle_after_forward()
         return tensors
 
     def _eager(self, kwargs: dict) -> Any:
@@ -600,8 +603,7 @@ class GraphedForward:
             self.disable(reason)
             _log.warning("graphed: runner '%s': %s", self.name, reason)
             return
-        self._baked = BakedState(module)
-        state.watch(self._baked.dicts, self._baked.tensors)
+        self._record_baked()
         if state.watch_fired():
             # A tensor whose address torch will not say (see pyext/gf_baked.h): no watch can
             # hold, and a graph of it cannot be kept right.
@@ -627,17 +629,24 @@ class GraphedForward:
                 ", ".join(changed),
             )
 
-    def _settle_after_forward(self, before: BakedState | None) -> None:
+    def _record_baked(self) -> BakedState:
+        """Records the module as it is now and arms the watch of it."""
+        self._baked = BakedState(self.module)
+        self._call_state.watch(self._baked.dicts, self._baked.tensors)
+        return self._baked
+
+    def _settle_after_forward(self) -> None:
         """After the forward ran for a capture (or eagerly inside the core): what it baked in is
         the module as the forward left it. A capture's forward that re-assigned what the graphs
-        read is named once, since the graphs captured before it read what it replaced."""
-        after = BakedState(self.module)
-        if before is not None:
-            changed = before.differences(after)
-            if changed:
-                self._name_side_effects(changed)
-        self._baked = after
-        self._call_state.watch(after.dicts, after.tensors)
+        read is named once, since the graphs captured before it read what it replaced. Nothing is
+        recorded again when the watch says nothing changed (the usual case: two reads)."""
+        if not self._call_state.watch_fired():
+            return
+        recorded = self._baked
+        after = self._record_baked()
+        changed = recorded.differences(after) if recorded is not None else []
+        if changed:
+            self._name_side_effects(changed)
 
     def _context_for_forward(self) -> contextlib.AbstractContextManager:
         if self._capture_context is None:

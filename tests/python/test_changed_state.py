@@ -387,3 +387,23 @@ def test_verify_options_are_checked(monkeypatch):
     monkeypatch.setenv("GRAPHED_VERIFY", "some")
     with pytest.raises(ValueError, match=r"\$GRAPHED_VERIFY must be a whole number"):
         GraphedForward(TwoLayers(), device="cpu")
+
+
+class SetsUpLazily(torch.nn.Module):
+    """Makes a tensor attribute on its first run, as rotary caches and lazy modules do."""
+
+    def forward(self, x):
+        if "table" not in vars(self):
+            self.table = torch.ones_like(x)
+        return x + self.table
+
+
+def test_a_lazy_setup_in_the_first_run_is_no_change(emulated_backend, caplog):
+    gf = GraphedForward(SetsUpLazily(), device="cpu", backend=emulated_backend)
+    x = torch.ones(3)
+    with caplog.at_level(logging.INFO, logger="graphed"):
+        for _ in range(4):
+            torch.testing.assert_close(gf(x), torch.full((3,), 2.0), rtol=0, atol=0)
+    stats = gf.stats()
+    assert (stats["captures"], stats["replays"]) == (1, 4), stats
+    assert not [r for r in caplog.records if "changed" in r.message], caplog.records
