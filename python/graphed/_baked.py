@@ -72,6 +72,15 @@ class BakedState:
         self.records: dict[str, tuple] = {}
         self.dicts: list[dict] = [getattr(_module_globals, name) for name in _GLOBAL_HOOKS]
         self.tensors: list[torch.Tensor] = []
+        # The same walk, by kind, for what a capture's warm-ups put back (graphed._phases): each
+        # tensor once, under the first path it is found at, as module.named_parameters() does.
+        self.by_kind: dict[str, list[tuple[str, torch.Tensor]]] = {
+            "parameter": [],
+            "buffer": [],
+            "attribute": [],
+        }
+        self.modules: list[tuple[str, torch.nn.Module]] = []
+        self._seen: set[int] = set()
         self.records["<global forward hooks>"] = tuple(
             tuple(map(id, hooks.values())) for hooks in self.dicts
         )
@@ -79,6 +88,7 @@ class BakedState:
             self._record_module(path, submodule)
 
     def _record_module(self, path: str, submodule: torch.nn.Module) -> None:
+        self.modules.append((path, submodule))
         attributes = vars(submodule)
         self.dicts.append(attributes)
         self.dicts.extend(attributes[name] for name in _MODULE_DICTS if name in attributes)
@@ -98,6 +108,9 @@ class BakedState:
                     continue
                 self.records[key] = _tensor_record(kind, tensor)
                 self.tensors.append(tensor)
+                if id(tensor) not in self._seen:
+                    self._seen.add(id(tensor))
+                    self.by_kind[kind].append((key, tensor))
 
     @staticmethod
     def _tensors_of(submodule: torch.nn.Module, attributes: dict) -> Iterator[tuple[str, Any]]:

@@ -214,20 +214,6 @@ def _method_moving_to_kind(kind: str) -> Any:
     return _module_method(method)
 
 
-def _modes(module: torch.nn.Module) -> tuple[bool, ...]:
-    """The training flag of every submodule: what a graph captured in one mode holds."""
-    return tuple(submodule.training for submodule in module.modules())
-
-
-def _placements(module: torch.nn.Module) -> tuple:
-    """Where and as what every parameter and buffer lives: the addresses, dtypes and layouts a
-    captured graph baked in."""
-    return tuple(
-        (tensor.data_ptr(), tensor.dtype, tensor.device, tuple(tensor.shape), tensor.stride())
-        for tensor in itertools.chain(module.parameters(), module.buffers())
-    )
-
-
 def _same_device(target: torch.device, runner: torch.device) -> bool:
     target, runner = resolve_device(target), resolve_device(runner)
     if target.type != runner.type:
@@ -548,20 +534,15 @@ class GraphedForward:
     def _state(self) -> _phases.StateToKeep:
         """What a forward may change besides its inputs, for graphed._phases to put back after
         each warm-up (or name): the module's buffers and its submodules' tensor attributes, the
-        call's keep_alive tensors, and its parameters and submodules."""
+        call's keep_alive tensors, and its parameters and submodules, as the record of what the
+        graphs bake in lists them (current: the call's watch did not fire, or re-recorded)."""
         held = [item for item in self._call_state.held if isinstance(item, torch.Tensor)]
-        module = self.module
-        if not isinstance(module, torch.nn.Module):
+        baked = self._baked
+        if baked is None:
             return _phases.StateToKeep(held, [], [])
-        modules = list(module.named_modules())
-        attributes = [
-            value
-            for _, submodule in modules
-            for value in vars(submodule).values()
-            if isinstance(value, torch.Tensor)
-        ]
+        restored = [tensor for kind in ("buffer", "attribute") for _, tensor in baked.by_kind[kind]]
         return _phases.StateToKeep(
-            [*module.buffers(), *attributes, *held], list(module.named_parameters()), modules
+            [*restored, *held], list(baked.by_kind["parameter"]), list(baked.modules)
         )
 
     def _name_side_effects(self, names: list[str]) -> None:
@@ -776,13 +757,11 @@ class GraphedForward:
     # is refused before anything changes. Defined last in the class: `float` and `type` would
     # shadow the builtins in the class body below them.
 
-    def _after_change(
-        self, change: Callable[[], Any], state: Callable[[torch.nn.Module], tuple]
-    ) -> GraphedForward:
-        before = state(self.module)
+    def _after_change(self, change: Callable[[], Any]) -> GraphedForward:
+        """Applies `change`, then drops the graphs if it changed anything they baked in: the
+        same comparison a call makes when the watch fires (graphed._baked)."""
         change()
-        if state(self.module) != before:
-            self.reset()
+        self._follow_change()
         return self
 
     def _moving(
@@ -796,19 +775,19 @@ class GraphedForward:
                 f"there and make a new GraphedForward for that device (GraphedForward(module, "
                 f'device="{target}")); the graphs of this one stay on {self.device}'
             )
-        return self._after_change(change, _placements)
+        return self._after_change(change)
 
     @_module_method
     def train(self, mode: bool = True) -> GraphedForward:
         """module.train(mode); returns this GraphedForward, its graphs dropped if a submodule's
         mode changed."""
-        return self._after_change(lambda: self.module.train(mode), _modes)
+        return self._after_change(lambda: self.module.train(mode))
 
     @_module_method
     def eval(self) -> GraphedForward:
         """module.eval(); returns this GraphedForward, its graphs dropped if a submodule's mode
         changed."""
-        return self._after_change(self.module.eval, _modes)
+        return self._after_change(self.module.eval)
 
     @_module_method
     def requires_grad_(self, requires_grad: bool = True) -> GraphedForward:
@@ -865,29 +844,29 @@ class GraphedForward:
     @_module_method
     def float(self) -> GraphedForward:
         """module.float(); returns this GraphedForward, its graphs dropped if anything changed."""
-        return self._after_change(self.module.float, _placements)
+        return self._after_change(self.module.float)
 
     @_module_method
     def double(self) -> GraphedForward:
         """module.double(); returns this GraphedForward, its graphs dropped if anything changed."""
-        return self._after_change(self.module.double, _placements)
+        return self._after_change(self.module.double)
 
     @_module_method
     def half(self) -> GraphedForward:
         """module.half(); returns this GraphedForward, its graphs dropped if anything changed."""
-        return self._after_change(self.module.half, _placements)
+        return self._after_change(self.module.half)
 
     @_module_method
     def bfloat16(self) -> GraphedForward:
         """module.bfloat16(); returns this GraphedForward, its graphs dropped if anything
         changed."""
-        return self._after_change(self.module.bfloat16, _placements)
+        return self._after_change(self.module.bfloat16)
 
     @_module_method
     def share_memory(self) -> GraphedForward:
         """module.share_memory(); returns this GraphedForward, its graphs dropped (the tensors
         move to shared memory)."""
-        return self._after_change(self.module.share_memory, _placements)
+        return self._after_change(self.module.share_memory)
 
 
 class _VerifyingGraphedForward(GraphedForward):
