@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import plotting
 import torch
 
 __all__ = [
@@ -184,13 +185,9 @@ def write_audio_plot(results: dict, out_dir: Path) -> tuple[Path | None, str]:
     """Bars of per-request ms, a group per size; returns (path, '') or (None, why not drawn)."""
     if not results.get("frames"):
         return None, "no audio-pipeline figures in this run"
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        return None, f"matplotlib is not installed ({error})"
+    plt, why = plotting.pyplot()
+    if plt is None:
+        return None, why
     labels = results["labels"]
     sizes = list(results["frames"])
     width = 0.8 / len(labels)
@@ -208,11 +205,7 @@ def write_audio_plot(results: dict, out_dir: Path) -> tuple[Path | None, str]:
     axes.set_title("Stable Audio Open DiT in StableAudioPipeline's loop, bf16")
     axes.grid(True, axis="y", alpha=0.3)
     axes.legend(fontsize=8)
-    figure.tight_layout()
-    path = out_dir / "audio_pipeline.png"
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path, ""
+    return plotting.save(plt, figure, out_dir / "audio_pipeline.png")
 
 
 def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import plotting
 import torch
 
 FRAMES = [64, 108, 216, 432, 864, 1024]
@@ -207,13 +208,9 @@ def table(results: dict) -> list[str]:
 
 def plot(results: dict, out_dir: Path) -> tuple[Path | None, str]:
     """Reserved growth against resident shapes, a line per method; (path, '') or (None, why)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        return None, f"matplotlib is not installed ({error})"
+    plt, why = plotting.pyplot()
+    if plt is None:
+        return None, why
     figure, axes = plt.subplots(figsize=(8, 5))
     for method, label in results["labels"].items():
         points = [
@@ -228,11 +225,7 @@ def plot(results: dict, out_dir: Path) -> tuple[Path | None, str]:
     axes.set_title("Stable Audio Open DiT, bf16, CFG batch 2: memory of resident graphs")
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=8)
-    figure.tight_layout()
-    path = out_dir / "memory_shapes.png"
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path, ""
+    return plotting.save(plt, figure, out_dir / "memory_shapes.png")
 
 
 def main(argv: list[str] | None = None) -> int:

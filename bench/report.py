@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import plotting
+
 __all__ = ["write_plot", "write_report"]
 
 _MIB = 2**20
@@ -330,14 +332,11 @@ def write_plot(results: dict[str, Any], out_dir: Path) -> tuple[Path | None, str
     host = results.get("host_cost")
     if not host or not host.get("methods"):
         return None, "no host-cost figures in this run"
-    try:
-        import matplotlib
+    plt, why = plotting.pyplot()
+    if plt is None:
+        return None, why
+    import matplotlib.ticker
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import matplotlib.ticker
-    except ImportError as error:
-        return None, f"matplotlib is not installed ({error})"
     figure, axes = plt.subplots(figsize=(12, 5.5))
     markers = "os^vD<>px*h"
     for index, entry in enumerate(host["methods"].values()):
@@ -360,11 +359,7 @@ def write_plot(results: dict[str, Any], out_dir: Path) -> tuple[Path | None, str
     axes.set_title(f"Host cost per call, {meta.get('device_name', '-')}, torch {meta.get('torch')}")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    figure.tight_layout()
-    path = out_dir / "benchmarks.png"
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path, ""
+    return plotting.save(plt, figure, out_dir / "benchmarks.png")
 
 
 def main() -> int:
