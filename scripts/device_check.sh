@@ -10,6 +10,9 @@
 # Usage: bash scripts/device_check.sh [all|build|test|bench|group] [extra pytest args...]
 #        (group: on two GPUs, the process-group tests and bench/sp_bench.py, after a build
 #        without the C++ tests)
+#        (pipelines: the Stable Audio Open DiT in its pipeline's loop at 108 and 1024 frames and
+#        transformers' generate(), each with the torch.compile rows, after a build without the C++
+#        tests: the rows bench/run.py --quick leaves out)
 #        bash scripts/device_check.sh compare BASELINE_TREE   (host cost of this tree against an
 #        older checkout's, built and timed in the same call, alternating A/B/A/B/A/B)
 set -uo pipefail
@@ -31,9 +34,9 @@ status=0
 } 2>&1 | tee "$OUT/env.txt"
 
 if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench || "$what" == compare \
-      || "$what" == group ]]; then
+      || "$what" == group || "$what" == pipelines ]]; then
   # group runs the gloo tests too, whose emulated backend is the test plugin the tests build.
-  cxx_tests=$([[ "$what" == bench || "$what" == compare ]] && echo OFF || echo ON)
+  cxx_tests=$([[ "$what" == bench || "$what" == compare || "$what" == pipelines ]] && echo OFF || echo ON)
   if ! { cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DGRAPHED_CUDA_ARCHITECTURES=90 \
         -DGRAPHED_BUILD_TESTS="$cxx_tests" && cmake --build "$BUILD" -j"$(nproc)" \
         && rm -rf "$SITE" && cmake --install "$BUILD" --prefix "$SITE"; } > "$OUT/build.log" 2>&1; then
@@ -70,6 +73,14 @@ if [[ "$what" == all || "$what" == bench ]]; then
   tail -60 "$OUT/bench.log"
   PYTHONPATH="$SITE:bench" "$PY" bench/host_breakdown.py > "$OUT/host_breakdown.log" 2>&1 || status=1
   tail -20 "$OUT/host_breakdown.log"
+fi
+if [[ "$what" == pipelines ]]; then
+  PYTHONPATH="$SITE:bench" timeout 420 "$PY" bench/audio_pipeline.py --out "$OUT" \
+    > "$OUT/audio_pipeline.log" 2>&1 || status=1
+  tail -20 "$OUT/audio_pipeline.log"
+  PYTHONPATH="$SITE:bench" timeout 100 "$PY" bench/generate_bench.py --out "$OUT" \
+    > "$OUT/generate.log" 2>&1 || status=1
+  tail -20 "$OUT/generate.log"
 fi
 if [[ "$what" == compare ]]; then
   baseline="${1:?compare needs the folder of the baseline checkout}"
