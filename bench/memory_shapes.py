@@ -118,6 +118,7 @@ def _measure(method: str, count: int) -> dict:
     if method != "compile" and method != "seed":
         stats = wrapped[0].stats()
         result["pool_mib"] = stats["pool_bytes"] / MIB
+        result["graph_pool_reserved_mib"] = stats["pool_reserved_bytes"] / MIB
         result["shared_input_mib"] = stats.get("shared_input_bytes", 0) / MIB
     return result
 

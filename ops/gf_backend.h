@@ -85,6 +85,11 @@ typedef struct gf_backend {
   /* Optional: device memory in use on the runner's device now (bytes), so the runner can say
    * what a capture took; -1 when unknown. */
   int64_t (*device_bytes_in_use)(void *context, void *state);
+  /* Optional: device memory the allocator holds on the runner's device now, every pool counted
+   * (bytes; -1 when unknown), so that a capture can say what it added; and what the runner's graph
+   * pool holds of it (shared by the runners of one pool), for stats. */
+  int64_t (*device_bytes_reserved)(void *context, void *state);
+  int64_t (*pool_bytes_reserved)(void *context, void *state);
 } gf_backend;
 
 enum { GF_COPY_INPUTS = 0, GF_COPY_OUTPUTS = 1 };

@@ -179,6 +179,7 @@ gf_entry *gf_entry_create(const gf_signature *sig, int pinned, gf_error *err) {
   }
   entry->pinned = pinned ? 1 : 0;
   entry->device_bytes = -1;
+  entry->reserved_bytes = -1;
   return entry;
 }
 

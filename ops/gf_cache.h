@@ -31,6 +31,7 @@ typedef struct gf_entry {
   size_t *mutated_inputs; /* indices of the inputs the forward writes in place, ascending */
   size_t mutated_count;   /* replays write those back to the caller's tensors */
   int64_t device_bytes;   /* device memory the capture took (-1: unknown) */
+  int64_t reserved_bytes; /* device memory the capture added to the allocator's (-1: unknown) */
   /* Whether the entry's static inputs may be shared with other entries of its runner (see
    * gf_capture.c): 1 when its warm-ups showed no output aliasing an input, -1 when one did, 0 (the
    * default) when no warm-up ran. */

@@ -13,8 +13,8 @@
  *      copy node (gf_runner_capture, gf_runner_capture_copy_node, gf_runner_keep_mutated).
  *   5. Agreement on the capture, then insertion; any failure disables the runner and the call
  *      runs eager (gf_runner_capture_and_replay).
- *   6. The capture event (time, device bytes, churn once), then a replay gives this call its
- *      outputs (gf_runner_report_capture, gf_runner_replay). */
+ *   6. The capture event (time, device memory in use and held, churn once), then a replay gives
+ * this call its outputs (gf_runner_report_capture, gf_runner_replay). */
 #include "gf_runner_internal.h"
 
 #include <stdio.h>
@@ -34,23 +34,39 @@ static double gf_seconds_now(void) {
   return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
 }
 
-static int64_t gf_runner_device_bytes(const gf_runner *runner) {
+/* What the device's memory stands at: in use (handed out) and held by the allocator. */
+typedef struct gf_device_memory {
+  int64_t in_use;
+  int64_t reserved;
+} gf_device_memory;
+
+static gf_device_memory gf_runner_device_memory(const gf_runner *runner) {
   const gf_backend *backend = runner->backend;
-  if (backend->device_bytes_in_use == NULL) {
-    return -1;
+  gf_device_memory now = {-1, -1};
+  if (backend->device_bytes_in_use != NULL) {
+    now.in_use = backend->device_bytes_in_use(backend->context, runner->backend_state);
   }
-  return backend->device_bytes_in_use(backend->context, runner->backend_state);
+  if (backend->device_bytes_reserved != NULL) {
+    now.reserved = backend->device_bytes_reserved(backend->context, runner->backend_state);
+  }
+  return now;
+}
+
+static int64_t gf_bytes_growth(int64_t before, int64_t after) {
+  return before >= 0 && after >= 0 ? after - before : -1;
 }
 
 /* Says what a capture cost, and once, when captures keep evicting (more than a few times
  * max_entries): a key that changes on every call, or a cache too small for the shapes in use. */
 static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double started,
-                                     int64_t device_bytes_before) {
+                                     gf_device_memory before) {
   gf_event captured = gf_entry_event(GF_EVENT_CAPTURED, entry);
   captured.seconds = gf_seconds_now() - started;
-  const int64_t after = gf_runner_device_bytes(runner);
-  captured.device_bytes = after >= 0 && device_bytes_before >= 0 ? after - device_bytes_before : -1;
+  const gf_device_memory after = gf_runner_device_memory(runner);
+  captured.device_bytes = gf_bytes_growth(before.in_use, after.in_use);
+  captured.reserved_bytes = gf_bytes_growth(before.reserved, after.reserved);
   entry->device_bytes = captured.device_bytes;
+  entry->reserved_bytes = captured.reserved_bytes;
   if (entry->device_bytes > 0) {
     runner->graph_bytes += entry->device_bytes;
   }
@@ -65,8 +81,11 @@ static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double 
              "in use",
              (unsigned long long)runner->captures, (unsigned long long)runner->cache.evictions,
              runner->cache.max_entries);
-    gf_event churn = {
-        .kind = GF_EVENT_CHURN, .message = message, .device_bytes = -1, .count = runner->captures};
+    gf_event churn = {.kind = GF_EVENT_CHURN,
+                      .message = message,
+                      .device_bytes = -1,
+                      .reserved_bytes = -1,
+                      .count = runner->captures};
     gf_runner_notify(runner, &churn);
   }
 }
@@ -378,7 +397,7 @@ gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *input
                                        const gf_call_options *options, gf_pool *results,
                                        gf_error *err) {
   const double started = gf_seconds_now();
-  const int64_t device_bytes_before = gf_runner_device_bytes(runner);
+  const gf_device_memory memory_before = gf_runner_device_memory(runner);
   int grew_past_limit = 0;
   runner->evicting = 1;
   gf_cache_make_room(&runner->cache, &grew_past_limit);
@@ -422,6 +441,6 @@ gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *input
     return gf_runner_run_eager(runner, inputs, count, options, results, err);
   }
   runner->captures++;
-  gf_runner_report_capture(runner, entry, started, device_bytes_before);
+  gf_runner_report_capture(runner, entry, started, memory_before);
   return gf_runner_replay(runner, entry, inputs, count, options, results, err);
 }

@@ -37,6 +37,7 @@ typedef struct gf_event {
   const char *message;     /* DISABLED, CHURN: a sentence; else "" */
   double seconds;          /* CAPTURED: warm-ups, capture and instantiation, wall clock */
   int64_t device_bytes;    /* CAPTURED: device memory in use after minus before (-1: unknown) */
+  int64_t reserved_bytes;  /* CAPTURED: device memory the allocator holds, after minus before */
   int64_t static_bytes;    /* CAPTURED, EVICTED: the entry's static inputs and outputs */
   uint64_t count;          /* CHURN: captures so far */
   const gf_tensor *inputs; /* CAPTURED, EVICTED: the entry's static inputs (shapes, dtypes) */

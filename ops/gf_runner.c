@@ -234,8 +234,10 @@ void gf_runner_disable(gf_runner *runner, const char *reason) {
   gf_runner_set_disabled(runner, reason);
   gf_cache_clear(&runner->cache);
   if (was_enabled) {
-    gf_event disabled = {
-        .kind = GF_EVENT_DISABLED, .message = runner->disabled_reason, .device_bytes = -1};
+    gf_event disabled = {.kind = GF_EVENT_DISABLED,
+                         .message = runner->disabled_reason,
+                         .device_bytes = -1,
+                         .reserved_bytes = -1};
     gf_runner_notify(runner, &disabled);
   }
 }
@@ -255,6 +257,11 @@ void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
   stats->pool_bytes = runner->pool_bytes;
   stats->graph_bytes = runner->graph_bytes;
   stats->enabled = runner->enabled;
+  const gf_backend *backend = runner->backend;
+  stats->pool_reserved_bytes =
+      backend->pool_bytes_reserved != NULL
+          ? backend->pool_bytes_reserved(backend->context, runner->backend_state)
+          : -1;
   /* Each buffer counted once for every holder but the newest: what sharing saved. A walk over the
    * entries, as stats is read rarely and keeps nothing on the call path. */
   stats->shared_input_bytes = 0;
@@ -368,6 +375,7 @@ void gf_runner_visit_entries(const gf_runner *runner, gf_entry_visit_fn visit, v
     info.replays = entry->replays;
     info.static_bytes = entry->static_inputs.bytes + entry->static_outputs.bytes;
     info.device_bytes = entry->device_bytes;
+    info.reserved_bytes = entry->reserved_bytes;
     info.pinned = entry->pinned;
     info.folded = entry->folded;
     info.mutated_count = entry->mutated_count;

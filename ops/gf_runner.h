@@ -42,6 +42,9 @@ typedef struct gf_runner_stats {
   /* bytes of static inputs one entry shares with another (counted in pool_bytes once): what
    * sharing saved */
   int64_t shared_input_bytes;
+  /* device memory the runner's graph pool holds now (the runners of one pool share it; -1 when the
+   * backend cannot say) */
+  int64_t pool_reserved_bytes;
 } gf_runner_stats;
 
 typedef struct gf_runner gf_runner;
@@ -103,8 +106,9 @@ typedef struct gf_entry_info {
   const gf_tensor *inputs; /* its static inputs: dtypes and shapes */
   size_t input_count;
   uint64_t replays;
-  int64_t static_bytes; /* its static inputs and outputs */
-  int64_t device_bytes; /* what its capture took on the device, -1 when unknown */
+  int64_t static_bytes;   /* its static inputs and outputs */
+  int64_t device_bytes;   /* what its capture took on the device, -1 when unknown */
+  int64_t reserved_bytes; /* what its capture added to the device memory held, -1 when unknown */
   int pinned;
   int folded;                 /* a replay is one launch */
   size_t mutated_count;       /* inputs it writes back */

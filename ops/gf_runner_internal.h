@@ -69,7 +69,7 @@ static inline void gf_runner_warn(gf_runner *runner, const char *message) {
 
 /* An event about one entry, with its static inputs and bytes. */
 static inline gf_event gf_entry_event(gf_event_kind kind, const gf_entry *entry) {
-  gf_event event = {.kind = kind, .message = "", .device_bytes = -1};
+  gf_event event = {.kind = kind, .message = "", .device_bytes = -1, .reserved_bytes = -1};
   event.static_bytes = entry->static_inputs.bytes + entry->static_outputs.bytes;
   event.inputs = entry->static_inputs.tensors;
   event.input_count = entry->static_inputs.count;

@@ -162,6 +162,7 @@ void tell_observer(const HostContext &host, const char *kind, const gf_event &ev
                                  std::string(event.message != nullptr ? event.message : ""),
                                  event.seconds,
                                  event.device_bytes,
+                                 event.reserved_bytes,
                                  event.static_bytes,
                                  static_cast<int64_t>(event.count),
                                  describe_shapes(event.inputs, event.input_count)};
@@ -204,7 +205,7 @@ void host_warn(void *context, const char *message) {
     TORCH_WARN(message);
     return;
   }
-  gf_event warning{GF_EVENT_DISABLED, message, 0.0, -1, 0, 0, nullptr, 0};
+  gf_event warning{GF_EVENT_DISABLED, message, 0.0, -1, -1, 0, 0, nullptr, 0};
   try {
     tell_observer(*host, "warning", warning);
   } catch (...) {

@@ -19,8 +19,9 @@ struct HostContext {
   c10::OperatorHandle forward_op;              // (Tensor[] inputs) -> Tensor[]
   std::optional<c10::OperatorHandle> agree_op; // (Tensor ok) -> Tensor, MIN over the group
   std::string name;
-  // (str kind, str message, float seconds, int device_bytes, int static_bytes, int count,
-  //  str shapes) -> (): told of every gf_event ("captured", "evicted", "disabled", "churn") and
+  // (str kind, str message, float seconds, int device_bytes, int reserved_bytes, int static_bytes,
+  //  int count, str shapes) -> (): told of every gf_event ("captured", "evicted", "disabled",
+  //  "churn") and
   // of the runner's warnings ("warning"); without it warnings go to TORCH_WARN.
   std::optional<c10::OperatorHandle> observer_op;
   // The registered name of a torch.distributed process group: agreement is the shim's own

@@ -263,9 +263,17 @@ void forward_kernel(const c10::OperatorHandle &, torch::jit::Stack *stack) {
 
 // The names of stats' counters, in the order stats_op packs them: Python reads them through
 // stat_names, so the order is written here only.
-const char *const kStatNames[] = {
-    "graphs",      "pinned",     "captures", "replays",     "evictions",
-    "eager_calls", "pool_bytes", "enabled",  "graph_bytes", "shared_input_bytes"};
+const char *const kStatNames[] = {"graphs",
+                                  "pinned",
+                                  "captures",
+                                  "replays",
+                                  "evictions",
+                                  "eager_calls",
+                                  "pool_bytes",
+                                  "enabled",
+                                  "graph_bytes",
+                                  "shared_input_bytes",
+                                  "pool_reserved_bytes"};
 
 std::vector<std::string> stat_names_op() {
   return std::vector<std::string>(std::begin(kStatNames), std::end(kStatNames));
@@ -285,8 +293,9 @@ std::tuple<std::vector<int64_t>, std::string, std::string> stats_op(int64_t runn
                                 stats.pool_bytes,
                                 stats.enabled,
                                 stats.graph_bytes,
-                                stats.shared_input_bytes};
-  static_assert(sizeof kStatNames / sizeof kStatNames[0] == 10, "a name for every counter");
+                                stats.shared_input_bytes,
+                                stats.pool_reserved_bytes};
+  static_assert(sizeof kStatNames / sizeof kStatNames[0] == 11, "a name for every counter");
   return {counters, gf_runner_backend_name(slot->runner), gf_runner_disabled_reason(slot->runner)};
 }
 
@@ -312,16 +321,17 @@ void destroy_op(int64_t runner_id) {
 
 // One row per resident entry, most recently used first: its key (hex), input shapes, replays,
 // static bytes, device bytes its capture took (-1: unknown), pinned, folded, written-back inputs,
-// static input bytes it shares with another entry.
-using EntryRows =
-    std::tuple<std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>,
-               std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
-               std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
+// static input bytes it shares with another entry, device bytes its capture added to what the
+// allocator holds (-1: unknown).
+using EntryRows = std::tuple<std::vector<std::string>, std::vector<std::string>,
+                             std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+                             std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+                             std::vector<int64_t>, std::vector<int64_t>>;
 
 // The names of entries' columns, in their order: Python reads them through entry_fields.
-const char *const kEntryFields[] = {"key",          "shapes",       "replays",
-                                    "static_bytes", "device_bytes", "pinned",
-                                    "folded",       "written_back", "shared_input_bytes"};
+const char *const kEntryFields[] = {
+    "key",    "shapes", "replays",      "static_bytes",       "device_bytes",
+    "pinned", "folded", "written_back", "shared_input_bytes", "reserved_bytes"};
 static_assert(sizeof kEntryFields / sizeof kEntryFields[0] == std::tuple_size<EntryRows>::value,
               "a name for every column");
 
@@ -347,6 +357,7 @@ void add_entry_row(void *context, const gf_entry_info *info) {
   std::get<6>(rows).push_back(info->folded);
   std::get<7>(rows).push_back(static_cast<int64_t>(info->mutated_count));
   std::get<8>(rows).push_back(info->shared_input_bytes);
+  std::get<9>(rows).push_back(info->reserved_bytes);
 }
 
 EntryRows entries_op(int64_t runner_id) {
@@ -408,7 +419,8 @@ TORCH_LIBRARY(graphed, m) {
   m.def("backend() -> str[]", &graphed::backend_op);
   m.def("entry_replays(int runner, str key, Tensor[] inputs) -> int", &graphed::entry_replays_op);
   m.def("forward_phase() -> int", &graphed::forward_phase_op);
-  m.def("entries(int runner) -> (str[], str[], int[], int[], int[], int[], int[], int[], int[])",
+  m.def("entries(int runner) -> (str[], str[], int[], int[], int[], int[], int[], int[], int[], "
+        "int[])",
         &graphed::entries_op);
   m.def("entry_fields() -> str[]", &graphed::entry_fields_op);
 }

@@ -218,6 +218,8 @@ static const gf_backend gf_cuda_backend = {
     .capture_copy_node = gf_cuda_capture_copy_node,
     .launch_folded = gf_cuda_launch_folded,
     .device_bytes_in_use = gf_cuda_torch_device_bytes_in_use,
+    .device_bytes_reserved = gf_cuda_torch_device_bytes_reserved,
+    .pool_bytes_reserved = gf_cuda_torch_pool_bytes_reserved,
 };
 
 /* A shared pool is the CUDA table with the pool as its context: each runner made on the table

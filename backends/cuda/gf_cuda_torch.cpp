@@ -30,7 +30,9 @@ struct gf_cuda_torch_pool {
   // runner of the pool, whose warm-ups then nest in the routing already under way.
   std::recursive_mutex capture_mutex;
   int routing_depth = 0; // under capture_mutex: nested warm-ups (see warmup_begin)
-  bool routing = false;  // under capture_mutex: the warm-ups under way allocate from the pool
+  // Under capture_mutex: the pool the warm-ups under way allocate from (see warmup_begin): this
+  // pool's own id while it holds no graph, else a scratch pool of their own.
+  at::cuda::MempoolId_t warmup_pool{0, 0};
   // The stream the pool's memory was last used on, and the event a switch waits on (recorded on
   // the side stream when a warm-up or capture ends, on any other stream at the switch).
   std::atomic<cudaStream_t> last_stream{nullptr};
@@ -93,6 +95,14 @@ int64_t allocated_bytes(c10::DeviceIndex device) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
   const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   return stats.allocated_bytes[aggregate].current;
+}
+
+// Bytes the caching allocator holds from the device (torch.cuda.memory_reserved), every pool
+// counted.
+int64_t reserved_bytes(c10::DeviceIndex device) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return stats.reserved_bytes[aggregate].current;
 }
 
 } // namespace
@@ -260,6 +270,31 @@ extern "C" int64_t gf_cuda_torch_device_bytes_in_use(void *, void *state) {
   }
 }
 
+extern "C" int64_t gf_cuda_torch_device_bytes_reserved(void *, void *state) {
+  try {
+    return reserved_bytes(torch_runner_of(state)->device);
+  } catch (...) {
+    return -1;
+  }
+}
+
+// A walk over the allocator's snapshot (every segment of every device): read for stats, never on
+// the call path.
+extern "C" int64_t gf_cuda_torch_pool_bytes_reserved(void *, void *state) {
+  try {
+    const gf_cuda_torch_pool *pool = torch_runner_of(state)->pool;
+    int64_t total = 0;
+    for (const auto &segment : c10::cuda::CUDACachingAllocator::snapshot().segments) {
+      if (segment.device == pool->device && segment.owner_private_pool_id == pool->id) {
+        total += static_cast<int64_t>(segment.total_size);
+      }
+    }
+    return total;
+  } catch (...) {
+    return -1;
+  }
+}
+
 namespace {
 
 // torch's sync-debug mode is one setting for the process, while probes run per runner and may
@@ -382,15 +417,45 @@ gf_status side_stream_end(gf_cuda_torch_runner *runner, gf_error *err) {
 
 } // namespace
 
-// While the pool holds no graph, the warm-ups' allocations go to the pool, as CUDAGraph Trees
-// route theirs: the capture that follows then reuses the very blocks its warm-ups used, instead of
-// the warm-ups' blocks staying reserved in the ordinary pool beside the graph's own. Only
-// allocations on the pool's side stream are routed (the stream filter), so other threads' work
-// stays in the ordinary pool. Once the pool holds a graph, its free blocks are that graph's
-// scratch memory, which every replay of it writes: a tensor a warm-up made and the forward kept
-// (state filled on first use, a cache for a new length) could land there and be overwritten, so
-// later warm-ups allocate from the ordinary pool, as they did before routing existed. (CUDAGraph
-// Trees can route them all because they track which of a pool's tensors are alive.)
+namespace {
+
+// Gives a scratch pool's cached memory back to the device (cudaFree of its free segments), on a
+// torch whose allocator can empty one pool (its emptyCache(MempoolId_t)); on an older one the
+// blocks stay cached until the next torch.cuda.empty_cache(). Found at compile time, as the host
+// pool's reference above.
+template <typename Allocator>
+auto empty_one_pool(Allocator *allocator, at::cuda::MempoolId_t id, int)
+    -> decltype(allocator->emptyCache(id), void()) {
+  allocator->emptyCache(id);
+}
+template <typename Allocator> void empty_one_pool(Allocator *, at::cuda::MempoolId_t, long) {}
+
+// This thread's stream capture mode set to relaxed while it lives, put back after.
+class RelaxedCaptureMode {
+public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode &) = delete;
+  RelaxedCaptureMode &operator=(const RelaxedCaptureMode &) = delete;
+
+private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
+} // namespace
+
+// Where the warm-ups allocate. While the pool holds no graph, from the pool itself, as CUDAGraph
+// Trees route theirs: the capture that follows then reuses the very blocks its warm-ups used.
+// Once the pool holds a graph, its free blocks are that graph's scratch memory, which every replay
+// of it writes: a tensor a warm-up made and the forward kept (state filled on first use, a cache
+// for a new length) could land there and be overwritten. So later warm-ups allocate from a
+// scratch pool of their own, made here and given back to the device when they end: a tensor the
+// forward kept stays valid in it, and nothing else of it stays reserved. (Before, they used
+// torch's ordinary pool, which kept their largest blocks cached beside the graph pool: six
+// resident shapes of the Stable Audio Open DiT reserved 562 MiB where the largest alone took 264
+// on an H200.) Only allocations on the pool's side stream are routed (the stream filter), so other
+// threads' work stays in the ordinary pool. (CUDAGraph Trees can route every warm-up into their
+// pool because they track which of its tensors are alive.)
 extern "C" gf_status gf_cuda_torch_warmup_begin(void *, void *state, gf_error *err) {
   gf_cuda_torch_runner *runner = torch_runner_of(state);
   gf_status status = side_stream_begin(runner, err);
@@ -400,18 +465,18 @@ extern "C" gf_status gf_cuda_torch_warmup_begin(void *, void *state, gf_error *e
   gf_cuda_torch_pool *pool = runner->pool;
   try {
     if (pool->routing_depth == 0) {
-      pool->routing = pool->graphs.load() == 0;
-      if (pool->routing) {
-        const cudaStream_t side = pool->side_stream->stream();
-        c10::cuda::CUDACachingAllocator::beginAllocateToPool(
-            pool->device, pool->id, [side](cudaStream_t stream) { return stream == side; });
-      }
+      const at::cuda::MempoolId_t target =
+          pool->graphs.load() == 0 ? pool->id : at::cuda::graph_pool_handle();
+      const cudaStream_t side = pool->side_stream->stream();
+      c10::cuda::CUDACachingAllocator::beginAllocateToPool(
+          pool->device, target, [side](cudaStream_t stream) { return stream == side; });
+      pool->warmup_pool = target;
     }
     pool->routing_depth++;
     return GF_OK;
   } catch (...) {
     status = graphed::status_of_current_exception(
-        err, "graphed: routing the warm-ups into the graph pool failed");
+        err, "graphed: routing the warm-ups into a graph pool failed");
     side_stream_end(runner, nullptr);
     return status;
   }
@@ -422,15 +487,24 @@ extern "C" gf_status gf_cuda_torch_warmup_end(void *, void *state, gf_error *err
   gf_cuda_torch_pool *pool = runner->pool;
   gf_status status = GF_OK;
   try {
-    if (--pool->routing_depth == 0 && pool->routing) {
-      pool->routing = false;
-      c10::cuda::CUDACachingAllocator::endAllocateToPool(pool->device, pool->id);
-      // begin counted a use of the pool; the pool's own reference keeps it.
-      c10::cuda::CUDACachingAllocator::releasePool(pool->device, pool->id);
+    if (--pool->routing_depth == 0) {
+      const at::cuda::MempoolId_t routed = pool->warmup_pool;
+      pool->warmup_pool = {0, 0};
+      c10::cuda::CUDACachingAllocator::endAllocateToPool(pool->device, routed);
+      // begin counted a use of the pool: the graph pool's own reference keeps it; a scratch pool
+      // has no other, so its memory can go back to the device now.
+      c10::cuda::CUDACachingAllocator::releasePool(pool->device, routed);
+      if (routed != pool->id) {
+        // cudaFree, which another thread's capture in global mode would otherwise refuse (and
+        // be invalidated by): relaxed on this thread for the call, as the scratch pool's memory
+        // belongs to no graph.
+        RelaxedCaptureMode relaxed;
+        empty_one_pool(c10::cuda::CUDACachingAllocator::get(), routed, 0);
+      }
     }
   } catch (...) {
     status = graphed::status_of_current_exception(
-        err, "graphed: ending the warm-ups' routing into the graph pool failed");
+        err, "graphed: ending the warm-ups' routing into a graph pool failed");
   }
   gf_status joined = side_stream_end(runner, status == GF_OK ? err : nullptr);
   return status == GF_OK ? joined : status;

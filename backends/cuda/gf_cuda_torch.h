@@ -46,13 +46,18 @@ int gf_cuda_torch_graphs_supported(void *context, int device_type, int device_in
 gf_status gf_cuda_torch_sync_probe_begin(void *context, void *state, gf_error *err);
 gf_status gf_cuda_torch_sync_probe_end(void *context, void *state, gf_error *err);
 /* The warm-ups: the pool's side stream waits on the current one (and on the pool's last stream)
- * and becomes current, every allocation on it routed into the pool, with the pool's lock held /
+ * and becomes current, every allocation on it routed into the pool (into a scratch pool, given
+ * back to the device at the end, once the pool holds a graph), with the pool's lock held /
  * the routing ends, the current stream waits on the side stream and is restored. */
 gf_status gf_cuda_torch_warmup_begin(void *context, void *state, gf_error *err);
 gf_status gf_cuda_torch_warmup_end(void *context, void *state, gf_error *err);
 
 /* Bytes the caching allocator has handed out on the runner's device (graph pools included). */
 int64_t gf_cuda_torch_device_bytes_in_use(void *context, void *state);
+/* Bytes the caching allocator holds on the runner's device (torch.cuda.memory_reserved). */
+int64_t gf_cuda_torch_device_bytes_reserved(void *context, void *state);
+/* Bytes of the segments the runner's graph pool holds (shared by the runners of one pool). */
+int64_t gf_cuda_torch_pool_bytes_reserved(void *context, void *state);
 
 /* ---- helpers of the C half ---------------------------------------------------------------- */
 

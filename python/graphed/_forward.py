@@ -686,14 +686,19 @@ class GraphedForward:
         """Counters of this runner: resident `graphs` (and `pinned` ones), `captures`,
         `replays`, `evictions`, `eager_calls`, `pool_bytes` (static inputs and outputs),
         `graph_bytes` (device memory the resident captures took, where the backend can say),
-        `enabled`, `backend` and `disabled_reason` (a sentence, or None)."""
+        `shared_input_bytes` (static inputs one graph shares with another), `pool_reserved_bytes`
+        (what the runner's graph pool reserves on the device now, shared by the runners of one
+        memory pool; -1 when the backend cannot say), `enabled`, `backend` and `disabled_reason`
+        (a sentence, or None)."""
         return runner_stats(self._id)
 
     def entries(self) -> list[dict[str, Any]]:
         """The cached graphs, most recently used first: `key` (hex of the call's key bytes),
         `shapes` (the inputs' dtypes and shapes), `replays`, `static_bytes`, `device_bytes`
-        (what the capture took; -1 when unknown), `pinned`, `folded` (a replay is one launch)
-        and `written_back` (inputs the forward writes in place)."""
+        (device memory in use that the capture took; -1 when unknown), `reserved_bytes` (what it
+        added to the memory the allocator reserves; -1 when unknown), `pinned`, `folded` (a replay
+        is one launch), `written_back` (inputs the forward writes in place) and
+        `shared_input_bytes`."""
         return runner_entries(self._id)
 
     @property

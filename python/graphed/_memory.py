@@ -78,10 +78,11 @@ def _size(count: int) -> str:
 def memory_table(runner: Any, file: TextIO | None = sys.stdout) -> str:
     """A runner's memory (a GraphedForward or a graphed.Runner): one row per resident graph, most
     recently used first, with its input shapes, its static buffers, the static input bytes it
-    shares with other graphs of the runner, and the device memory its capture took; then the
-    runner's totals. Printed to `file` (None: only returned)."""
+    shares with other graphs of the runner, the device memory its capture took (in use) and added
+    to what the allocator reserves; then the runner's totals and what its graph pool reserves now.
+    Printed to `file` (None: only returned)."""
     stats = runner.stats()
-    rows = [("shapes", "replays", "static", "shared inputs", "capture took")]
+    rows = [("shapes", "replays", "static", "shared inputs", "capture took", "capture reserved")]
     for entry in runner.entries():
         rows.append(
             (
@@ -90,6 +91,7 @@ def memory_table(runner: Any, file: TextIO | None = sys.stdout) -> str:
                 _size(entry["static_bytes"]),
                 _size(entry["shared_input_bytes"]),
                 _size(entry["device_bytes"]),
+                _size(entry["reserved_bytes"]),
             )
         )
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
@@ -100,7 +102,8 @@ def memory_table(runner: Any, file: TextIO | None = sys.stdout) -> str:
     lines.append(
         f"{stats['graphs']} graph(s): static buffers {_size(stats['pool_bytes'])} "
         f"(of which {_size(stats['shared_input_bytes'])} shared between graphs saved), "
-        f"captures took {_size(stats['graph_bytes'])} on the device"
+        f"captures took {_size(stats['graph_bytes'])} on the device; the graph pool reserves "
+        f"{_size(stats['pool_reserved_bytes'])} (shared by the runners of one pool)"
     )
     text = "\n".join(lines)
     if file is not None:

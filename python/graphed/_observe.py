@@ -26,8 +26,8 @@ _observers_library = torch.library.Library("graphed_observers", "FRAGMENT")
 _numbers = itertools.count()
 _lock = threading.Lock()
 _SCHEMA = (
-    "(str kind, str message, float seconds, int device_bytes, int static_bytes, int count, "
-    "str shapes) -> ()"
+    "(str kind, str message, float seconds, int device_bytes, int reserved_bytes, "
+    "int static_bytes, int count, str shapes) -> ()"
 )
 _RECENT_KEYS = 6
 # The core's messages carry their own "graphed: " for hosts that print them as they are (its
@@ -45,6 +45,11 @@ def _mib(count: int) -> str:
     return f"{count / 2**20:.1f} MiB"
 
 
+def _growth(count: int) -> str:
+    """What a capture added: "+12.0 MiB", or "unknown" where the backend cannot say (-1)."""
+    return "unknown" if count == -1 else f"{count / 2**20:+.1f} MiB"
+
+
 class RunnerLog:
     """The log of one runner: what it captured lately, and whether it has warned yet."""
 
@@ -59,6 +64,7 @@ class RunnerLog:
         message: str,
         seconds: float,
         device_bytes: int,
+        reserved_bytes: int,
         static_bytes: int,
         count: int,
         shapes: str,
@@ -66,13 +72,14 @@ class RunnerLog:
         message = said_once(message)
         if kind == "captured":
             self.recent.append(shapes)
-            memory = _mib(device_bytes) if device_bytes >= 0 else "unknown"
             _log.info(
-                "graphed: %s captured [%s] in %.3f s; device memory taken %s (static buffers %s)",
+                "graphed: %s captured [%s] in %.3f s; device memory reserved %s, in use %s "
+                "(static buffers %s)",
                 self.name,
                 shapes,
                 seconds,
-                memory,
+                _growth(reserved_bytes),
+                _growth(device_bytes),
                 _mib(static_bytes),
             )
         elif kind == "evicted":

@@ -29,6 +29,7 @@ TEST_F(RunnerEvents, ACaptureIsToldWithItsCostAndShapes) {
   const gf_event &captured = host_.last_event[GF_EVENT_CAPTURED];
   EXPECT_GE(captured.seconds, 0.0);
   EXPECT_EQ(captured.device_bytes, -1) << "the fake backend cannot say";
+  EXPECT_EQ(captured.reserved_bytes, -1) << "nor what the device holds";
   EXPECT_EQ(captured.static_bytes, 3 * 6 * 4) << "two static inputs and one output of 6 floats";
   EXPECT_EQ(captured.input_count, 2u);
   CallExpectingCorrect(inputs); // a replay tells nothing
@@ -93,3 +94,25 @@ TEST_F(RunnerEvents, CreatingADisabledRunnerTellsNothing) {
 }
 
 } // namespace
+
+// A backend that can say what the device holds: each capture's event and entry carry the growth,
+// and stats what the runner's pool holds.
+TEST_F(RunnerEvents, ACaptureSaysWhatItAddedToTheMemoryTheDeviceHolds) {
+  static int64_t held = 1000;
+  backend_.table.device_bytes_reserved = [](void *, void *) -> int64_t { return held += 256; };
+  backend_.table.pool_bytes_reserved = [](void *, void *) -> int64_t { return 4096; };
+  Create();
+  CallExpectingCorrect(MakeInputs(1, {2}, 1.0f));
+  EXPECT_EQ(host_.last_event[GF_EVENT_CAPTURED].reserved_bytes, 256) << "after minus before";
+  int64_t entry_reserved = 0;
+  gf_runner_visit_entries(
+      runner_,
+      [](void *context, const gf_entry_info *info) {
+        *static_cast<int64_t *>(context) = info->reserved_bytes;
+      },
+      &entry_reserved);
+  EXPECT_EQ(entry_reserved, 256);
+  gf_runner_stats stats{};
+  gf_runner_get_stats(runner_, &stats);
+  EXPECT_EQ(stats.pool_reserved_bytes, 4096);
+}

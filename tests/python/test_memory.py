@@ -122,6 +122,12 @@ def test_memory_table_lists_each_graph_and_the_totals(emulated_backend):
         assert lines[0].split()[:2] == ["shapes", "replays"]
         assert len(lines) == 4  # header, two graphs, totals
         assert lines[-1].startswith("2 graph(s): static buffers 64 B (of which 32 B shared")
+        # the emulated backend cannot say what the device reserves
+        assert runner.stats()["pool_reserved_bytes"] == -1
+        assert [entry["reserved_bytes"] for entry in runner.entries()] == [-1, -1]
+        assert lines[-1].endswith(
+            "the graph pool reserves unknown (shared by the runners of one pool)"
+        )
 
 
 @_gpu[0]
@@ -184,3 +190,81 @@ def test_cuda_churn_does_not_grow_reserved_memory():
         torch.cuda.synchronize()
         assert torch.cuda.memory_reserved(device) <= settled
         assert runner.stats()["enabled"]
+
+
+class _LazyScale(torch.nn.Module):
+    """Keeps a tensor per length, made the first time a length is seen: in the warm-up of that
+    length's capture, which is where a kept tensor is born."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_length: dict[int, torch.Tensor] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[0]
+        if length not in self.by_length:
+            self.by_length[length] = torch.arange(length, device=x.device, dtype=x.dtype) * 3
+        scratch = torch.relu(x) * 2  # scratch memory of the graph
+        return scratch + self.by_length[length]
+
+
+@_gpu[0]
+@_gpu[1]
+def test_a_tensor_a_later_warmup_keeps_is_not_overwritten_by_other_graphs():
+    """A later warm-up allocates outside the graph pool's free blocks (which are the first graph's
+    scratch memory): the tensor it keeps survives replays of the first graph."""
+    device = torch.device("cuda")
+    graphed_module = graphed.GraphedForward(_LazyScale(), device=device)
+    # The second length's kept tensor (4 MiB) would fit in the first graph's free 8 MiB blocks.
+    lengths = [1 << 21, 1 << 20]
+    inputs = {n: torch.randn(n, device=device) for n in lengths}
+    expected = {
+        n: torch.relu(x) * 2 + torch.arange(n, device=device, dtype=x.dtype) * 3
+        for n, x in inputs.items()
+    }
+    for _ in range(3):
+        for n in lengths:
+            torch.testing.assert_close(graphed_module(x=inputs[n]), expected[n], rtol=0, atol=0)
+    assert graphed_module.stats()["captures"] == 2
+    assert graphed_module.stats()["enabled"]
+
+
+@_gpu[0]
+@_gpu[1]
+def test_a_later_shapes_warmups_leave_nothing_reserved_beside_the_graph_pool():
+    """Once the pool holds a graph, a new shape's warm-ups use a scratch pool that goes back to
+    the device: what the device reserves grows by the graph pool's growth, the static buffers and
+    little else (before, the warm-ups' blocks stayed cached in torch's ordinary pool)."""
+    device = torch.device("cuda")
+    weight = torch.randn(1024, 1024, device=device)
+
+    def mlp(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ weight) @ weight
+
+    graphed_mlp = graphed.GraphedForward(_Call(mlp), device=device)
+    small, large = torch.randn(256, 1024, device=device), torch.randn(8192, 1024, device=device)
+    graphed_mlp(x=small)
+    expected = mlp(large)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # so that warm-ups in torch's ordinary pool would have to grow it
+    reserved, pool = torch.cuda.memory_reserved(device), graphed_mlp.stats()["pool_reserved_bytes"]
+    got = graphed_mlp(x=large)
+    torch.cuda.synchronize()
+    pool_growth = graphed_mlp.stats()["pool_reserved_bytes"] - pool
+    outside_pool = torch.cuda.memory_reserved(device) - reserved - pool_growth
+    torch.testing.assert_close(got, expected)
+    # the graph's two intermediates and its static output are in the pool
+    assert pool > 0 and pool_growth >= 2 * large.nbytes, (pool, pool_growth)
+    # beside it only the static input and the returned output, not the warm-up's intermediates
+    assert outside_pool <= 2 * large.nbytes + 2**22, (outside_pool, large.nbytes)
+    newest = graphed_mlp.entries()[0]
+    assert newest["reserved_bytes"] >= pool_growth, (newest, pool_growth)
+
+
+class _Call(torch.nn.Module):
+    def __init__(self, function) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.function(x)

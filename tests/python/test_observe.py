@@ -31,7 +31,7 @@ def test_a_capture_logs_one_info_line_with_time_and_memory(emulated_backend, cap
     infos = [m for m in _messages(caplog, logging.INFO) if "captured" in m]
     assert len(infos) == 1, infos
     assert infos[0].startswith("graphed: runner 'adder' captured [f32[2, 3]] in ")
-    assert "device memory taken unknown (static buffers 0.0 MiB)" in infos[0]
+    assert "device memory reserved unknown, in use unknown (static buffers 0.0 MiB)" in infos[0]
 
 
 def test_evictions_are_debug_and_churn_warns_once_naming_keys(emulated_backend, caplog):
