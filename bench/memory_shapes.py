@@ -4,8 +4,10 @@ weights, bf16, CFG batch 2) cost each method: GraphedForward, torch.compile redu
 (CUDAGraph Trees) and the seed wrapper, for 1, 2, 4 and 6 latent lengths, each (method, N) in a
 fresh child process so that no cache of one measurement lends memory to the next. A child reports
 the growth of torch.cuda.memory_reserved and memory_allocated from before the first call to after
-one call of each shape, and the first call's latency (the first request of a server). A last row
-puts two GraphedForwards of one graphed.MemoryPool beside one alone.
+one call of each shape, and the first call's latency (the first request of a server), and for
+graphed what its graph pool reserves of that. Two last rows put two GraphedForwards of one
+graphed.MemoryPool beside one alone, and capture the six shapes largest first (a graph pool reuses
+the free blocks of the graphs before it where they fit, so the order of captures counts).
 
 Runs only on a CUDA device; importing it does nothing. `python bench/memory_shapes.py --out DIR
 [--quick]` writes memory_shapes.json, memory_shapes.md and memory_shapes.png to DIR.
@@ -31,6 +33,7 @@ METHODS = {
     "compile": "torch.compile reduce-overhead",
     "seed": "seed wrapper",
     "graphed_pool_pair": "two GraphedForwards on one MemoryPool",
+    "graphed_largest_first": "GraphedForward, the largest shape captured first",
 }
 CHILD_TIMEOUT_S = (
     900  # reduce-overhead compiles each of six shapes of a 1B DiT: over 300 s on an H200
@@ -87,6 +90,8 @@ def _measure(method: str, count: int) -> dict:
     """In the child: memory growth over `count` shapes and the first call's latency."""
     model = _model()
     shapes = [_inputs(model, frames) for frames in (FRAMES[:count] if count > 0 else FRAMES[-1:])]
+    if method == "graphed_largest_first":
+        shapes.reverse()
     torch.cuda.synchronize()
     reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
     wrapped = [_wrap(method, model)]
@@ -142,9 +147,13 @@ def run(counts: list[int], methods: tuple[str, ...]) -> dict:
     """Every (method, count) row, each in its own child process, printed as it comes."""
     rows: dict[str, dict[str, Any]] = {method: {} for method in METHODS}
     plan = [(method, count) for method in methods for count in counts]
-    plan = [(m, c) for m, c in plan if m != "graphed_pool_pair" or c == counts[-1]]
+    plan = [
+        (m, c)
+        for m, c in plan
+        if m not in ("graphed_pool_pair", "graphed_largest_first") or c == counts[-1]
+    ]
     # The largest shape alone: what "the price of the largest one" is measured against.
-    plan[1:1] = [("graphed", -1)]
+    plan[1:1] = [("graphed", -1)] if "graphed" in methods else []
     plan += [("compile", -1)] if "compile" in methods else []
     plan.sort(key=lambda row: row[0] == "compile")  # the slow compiles last
     for method, count in plan:
@@ -233,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="memory of resident shapes (see its doc)")
     parser.add_argument("--out", type=Path, help="folder for the results")
     parser.add_argument("--quick", action="store_true", help="six shapes only, no seed wrapper")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=list(METHODS),
+        help="only these methods' rows (default: all; --quick leaves the seed wrapper out)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("METHOD", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -246,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out is required")
     args.out.mkdir(parents=True, exist_ok=True)
     # quick: the six shapes only, the seed wrapper left out (each child loads a 1B-parameter DiT)
-    methods = tuple(m for m in METHODS if not (args.quick and m == "seed"))
+    methods = tuple(
+        m for m in (args.methods or METHODS) if args.methods or not (args.quick and m == "seed")
+    )
     results = run(COUNTS["quick" if args.quick else "full"], methods)
     (args.out / "memory_shapes.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "memory_shapes.md").write_text("\n".join(table(results)) + "\n")
