@@ -226,7 +226,7 @@ def plot(results: dict, out_dir: Path) -> tuple[Path | None, str]:
         points = [
             (int(count), row["reserved_mib"])
             for count, row in results["rows"][method].items()
-            if "error" not in row
+            if "error" not in row and count.isdigit()  # not the "1024 alone" row
         ]
         if points:
             axes.plot(*zip(*points, strict=True), marker="o", label=label)

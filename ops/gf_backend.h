@@ -87,7 +87,8 @@ typedef struct gf_backend {
   int64_t (*device_bytes_in_use)(void *context, void *state);
   /* Optional: device memory the allocator holds on the runner's device now, every pool counted
    * (bytes; -1 when unknown), so that a capture can say what it added; and what the runner's graph
-   * pool holds of it (shared by the runners of one pool), for stats. */
+   * pool holds of it (shared by the runners of one pool), for stats, where state is NULL when the
+   * runner's device has no graphs (runner_create was not called). */
   int64_t (*device_bytes_reserved)(void *context, void *state);
   int64_t (*pool_bytes_reserved)(void *context, void *state);
 } gf_backend;

@@ -262,7 +262,12 @@ extern "C" cudaStream_t gf_cuda_torch_current_stream(const gf_cuda_torch_runner 
   return c10::cuda::getCurrentCUDAStream(runner->device).stream();
 }
 
+// The memory hooks are read for stats also on a runner whose device has no graphs (a CPU runner
+// of a CUDA process), which has no state: -1 there.
 extern "C" int64_t gf_cuda_torch_device_bytes_in_use(void *, void *state) {
+  if (state == nullptr) {
+    return -1;
+  }
   try {
     return allocated_bytes(torch_runner_of(state)->device);
   } catch (...) {
@@ -271,6 +276,9 @@ extern "C" int64_t gf_cuda_torch_device_bytes_in_use(void *, void *state) {
 }
 
 extern "C" int64_t gf_cuda_torch_device_bytes_reserved(void *, void *state) {
+  if (state == nullptr) {
+    return -1;
+  }
   try {
     return reserved_bytes(torch_runner_of(state)->device);
   } catch (...) {
@@ -281,6 +289,9 @@ extern "C" int64_t gf_cuda_torch_device_bytes_reserved(void *, void *state) {
 // A walk over the allocator's snapshot (every segment of every device): read for stats, never on
 // the call path.
 extern "C" int64_t gf_cuda_torch_pool_bytes_reserved(void *, void *state) {
+  if (state == nullptr) {
+    return -1;
+  }
   try {
     const gf_cuda_torch_pool *pool = torch_runner_of(state)->pool;
     int64_t total = 0;
