@@ -31,8 +31,12 @@ struct gf_cuda_torch_pool {
   std::recursive_mutex capture_mutex;
   int routing_depth = 0; // under capture_mutex: nested warm-ups (see warmup_begin)
   // Under capture_mutex: the pool the warm-ups under way allocate from (see warmup_begin): this
-  // pool's own id while it holds no graph, else a scratch pool of their own.
+  // pool's own id while it holds no graph, else a scratch pool of their own; {0, 0}: torch's
+  // ordinary pool.
   at::cuda::MempoolId_t warmup_pool{0, 0};
+  // Under capture_mutex: a scratch pool could not be given back (see warmup_end), so later
+  // warm-ups use torch's ordinary pool, whose blocks at least serve one another.
+  bool scratch_pools_off = false;
   // The stream the pool's memory was last used on, and the event a switch waits on (recorded on
   // the side stream when a warm-up or capture ends, on any other stream at the switch).
   std::atomic<cudaStream_t> last_stream{nullptr};
@@ -430,16 +434,20 @@ gf_status side_stream_end(gf_cuda_torch_runner *runner, gf_error *err) {
 
 namespace {
 
-// Gives a scratch pool's cached memory back to the device (cudaFree of its free segments), on a
-// torch whose allocator can empty one pool (its emptyCache(MempoolId_t)); on an older one the
-// blocks stay cached until the next torch.cuda.empty_cache(). Found at compile time, as the host
-// pool's reference above.
+// Gives a released scratch pool's cached memory back to the device (cudaFree of its free
+// segments), on a torch whose allocator can empty one pool (its emptyCache(MempoolId_t)); false
+// on an older one. Found at compile time, as the host pool's reference above. It throws where the
+// allocator has a capture or a routing under way elsewhere (it asserts that none is, as it
+// synchronises).
 template <typename Allocator>
 auto empty_one_pool(Allocator *allocator, at::cuda::MempoolId_t id, int)
-    -> decltype(allocator->emptyCache(id), void()) {
+    -> decltype(allocator->emptyCache(id), bool()) {
   allocator->emptyCache(id);
+  return true;
 }
-template <typename Allocator> void empty_one_pool(Allocator *, at::cuda::MempoolId_t, long) {}
+template <typename Allocator> bool empty_one_pool(Allocator *, at::cuda::MempoolId_t, long) {
+  return false;
+}
 
 // This thread's stream capture mode set to relaxed while it lives, put back after.
 class RelaxedCaptureMode {
@@ -466,7 +474,10 @@ private:
 // resident shapes of the Stable Audio Open DiT reserved 562 MiB where the largest alone took 264
 // on an H200.) Only allocations on the pool's side stream are routed (the stream filter), so other
 // threads' work stays in the ordinary pool. (CUDAGraph Trees can route every warm-up into their
-// pool because they track which of its tensors are alive.)
+// pool because they track which of its tensors are alive.) Where a scratch pool cannot be given
+// back (a torch without emptyCache(MempoolId_t), or a capture or routing under way elsewhere in
+// the allocator), its blocks stay cached until torch.cuda.empty_cache() or an out-of-memory retry
+// frees them, and the pool's later warm-ups go back to the ordinary pool.
 extern "C" gf_status gf_cuda_torch_warmup_begin(void *, void *state, gf_error *err) {
   gf_cuda_torch_runner *runner = torch_runner_of(state);
   gf_status status = side_stream_begin(runner, err);
@@ -476,11 +487,15 @@ extern "C" gf_status gf_cuda_torch_warmup_begin(void *, void *state, gf_error *e
   gf_cuda_torch_pool *pool = runner->pool;
   try {
     if (pool->routing_depth == 0) {
-      const at::cuda::MempoolId_t target =
-          pool->graphs.load() == 0 ? pool->id : at::cuda::graph_pool_handle();
-      const cudaStream_t side = pool->side_stream->stream();
-      c10::cuda::CUDACachingAllocator::beginAllocateToPool(
-          pool->device, target, [side](cudaStream_t stream) { return stream == side; });
+      const at::cuda::MempoolId_t target = pool->graphs.load() == 0 ? pool->id
+                                           : pool->scratch_pools_off
+                                               ? at::cuda::MempoolId_t{0, 0}
+                                               : at::cuda::graph_pool_handle();
+      if (target != at::cuda::MempoolId_t{0, 0}) {
+        const cudaStream_t side = pool->side_stream->stream();
+        c10::cuda::CUDACachingAllocator::beginAllocateToPool(
+            pool->device, target, [side](cudaStream_t stream) { return stream == side; });
+      }
       pool->warmup_pool = target;
     }
     pool->routing_depth++;
@@ -501,16 +516,23 @@ extern "C" gf_status gf_cuda_torch_warmup_end(void *, void *state, gf_error *err
     if (--pool->routing_depth == 0) {
       const at::cuda::MempoolId_t routed = pool->warmup_pool;
       pool->warmup_pool = {0, 0};
-      c10::cuda::CUDACachingAllocator::endAllocateToPool(pool->device, routed);
-      // begin counted a use of the pool: the graph pool's own reference keeps it; a scratch pool
-      // has no other, so its memory can go back to the device now.
-      c10::cuda::CUDACachingAllocator::releasePool(pool->device, routed);
-      if (routed != pool->id) {
+      if (routed != at::cuda::MempoolId_t{0, 0}) {
+        c10::cuda::CUDACachingAllocator::endAllocateToPool(pool->device, routed);
+        // begin counted a use of the pool: the graph pool's own reference keeps it; a scratch
+        // pool has no other, so its memory can go back to the device now.
+        c10::cuda::CUDACachingAllocator::releasePool(pool->device, routed);
+      }
+      if (routed != at::cuda::MempoolId_t{0, 0} && routed != pool->id) {
         // cudaFree, which another thread's capture in global mode would otherwise refuse (and
         // be invalidated by): relaxed on this thread for the call, as the scratch pool's memory
         // belongs to no graph.
         RelaxedCaptureMode relaxed;
-        empty_one_pool(c10::cuda::CUDACachingAllocator::get(), routed, 0);
+        try {
+          pool->scratch_pools_off =
+              !empty_one_pool(c10::cuda::CUDACachingAllocator::get(), routed, 0);
+        } catch (...) {
+          pool->scratch_pools_off = true; // the warm-ups themselves went well
+        }
       }
     }
   } catch (...) {
@@ -570,6 +592,14 @@ extern "C" gf_status gf_cuda_torch_capture_end(gf_cuda_torch_runner *runner, int
       status = graphed::status_of_current_exception(
           err, "graphed: ending the CUDA graph capture failed");
       captured.reset();
+      // A capture that failed to end (one another thread invalidated) can leave its routing into
+      // the pool registered in the caching allocator, which would refuse the pool's next routing
+      // and every later emptyCache(MempoolId_t); ended here where torch did not (otherwise this
+      // throws, and is ignored).
+      try {
+        c10::cuda::CUDACachingAllocator::endAllocateToPool(runner->pool->device, runner->pool->id);
+      } catch (...) {
+      }
     }
   }
   gf_status joined = side_stream_end(runner, status == GF_OK ? err : nullptr);
