@@ -13,6 +13,8 @@
 #        (pipelines: the Stable Audio Open DiT in its pipeline's loop at 108 and 1024 frames and
 #        transformers' generate(), each with the torch.compile rows, after a build without the C++
 #        tests: the rows bench/run.py --quick leaves out)
+#        (memory: bench/memory_shapes.py --quick, extra args going to it, e.g. --methods compile,
+#        then the host cost alone (bench/host_cost_only.py), after a build without the C++ tests)
 #        bash scripts/device_check.sh compare BASELINE_TREE   (host cost of this tree against an
 #        older checkout's, built and timed in the same call, alternating A/B/A/B/A/B)
 set -uo pipefail
@@ -34,9 +36,10 @@ status=0
 } 2>&1 | tee "$OUT/env.txt"
 
 if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench || "$what" == compare \
-      || "$what" == group || "$what" == pipelines ]]; then
+      || "$what" == group || "$what" == pipelines || "$what" == memory ]]; then
   # group runs the gloo tests too, whose emulated backend is the test plugin the tests build.
-  cxx_tests=$([[ "$what" == bench || "$what" == compare || "$what" == pipelines ]] && echo OFF || echo ON)
+  cxx_tests=$([[ "$what" == bench || "$what" == compare || "$what" == pipelines || "$what" == memory ]] \
+    && echo OFF || echo ON)
   if ! { cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DGRAPHED_CUDA_ARCHITECTURES=90 \
         -DGRAPHED_BUILD_TESTS="$cxx_tests" && cmake --build "$BUILD" -j"$(nproc)" \
         && rm -rf "$SITE" && cmake --install "$BUILD" --prefix "$SITE"; } > "$OUT/build.log" 2>&1; then
@@ -81,6 +84,14 @@ if [[ "$what" == pipelines ]]; then
   PYTHONPATH="$SITE:bench" timeout 100 "$PY" bench/generate_bench.py --out "$OUT" \
     > "$OUT/generate.log" 2>&1 || status=1
   tail -20 "$OUT/generate.log"
+fi
+if [[ "$what" == memory ]]; then
+  PYTHONPATH="$SITE:bench" timeout 420 "$PY" bench/memory_shapes.py --quick --out "$OUT" "$@" \
+    > "$OUT/memory_shapes.log" 2>&1 || status=1
+  tail -12 "$OUT/memory_shapes.log"
+  PYTHONPATH="$SITE:bench" timeout 120 "$PY" bench/host_cost_only.py --label memory \
+    --json "$OUT/host_cost.jsonl" > "$OUT/host_cost.log" 2>&1 || status=1
+  tail -12 "$OUT/host_cost.log"
 fi
 if [[ "$what" == compare ]]; then
   baseline="${1:?compare needs the folder of the baseline checkout}"
