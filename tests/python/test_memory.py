@@ -176,6 +176,38 @@ def test_two_runners_on_one_cuda_pool_reserve_about_the_larger():
 
 @_gpu[0]
 @_gpu[1]
+def test_two_runners_on_one_cuda_pool_capture_into_the_same_memory():
+    """The sharing rule at the pool itself (stats()["pool_reserved_bytes"], one figure for both
+    runners): a forward with two 16 MiB intermediates and a small output; the second runner's
+    capture fits in the blocks the first one's left free, so the pool barely grows."""
+    device = torch.device("cuda")
+    weight = torch.randn(1024, 1024, device=device)
+    _library.define("mlp_sum(Tensor[] inputs) -> Tensor[]")
+    _library.impl(
+        "mlp_sum",
+        lambda inputs: [(torch.relu(inputs[0] @ weight) @ weight).sum(dim=1)],
+        "CompositeExplicitAutograd",
+    )
+    pool = graphed.MemoryPool(device)
+    x = torch.randn(4096, 1024, device=device)
+    expected = (torch.relu(x @ weight) @ weight).sum(dim=1)
+    op = "graphed_memory_test::mlp_sum"
+    with graphed.Runner(op, device=device, memory_pool=pool) as first:
+        torch.testing.assert_close(first.forward("k", [x])[0], expected)
+        alone = first.stats()["pool_reserved_bytes"]
+        with graphed.Runner(op, device=device, memory_pool=pool) as second:
+            for _ in range(3):
+                torch.testing.assert_close(second.forward("k", [x])[0], expected)
+                torch.testing.assert_close(first.forward("k", [x])[0], expected)
+            both = second.stats()["pool_reserved_bytes"]
+            assert first.stats()["pool_reserved_bytes"] == both
+            assert second.stats()["captures"] == 1 and first.stats()["captures"] == 1
+    assert alone >= 2 * x.nbytes, alone  # the two intermediates
+    assert both <= 1.2 * alone, (alone, both)
+
+
+@_gpu[0]
+@_gpu[1]
 def test_cuda_churn_does_not_grow_reserved_memory():
     device = torch.device("cuda")
     _library.define("square(Tensor[] inputs) -> Tensor[]")
