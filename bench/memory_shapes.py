@@ -7,7 +7,9 @@ the growth of torch.cuda.memory_reserved and memory_allocated from before the fi
 one call of each shape, and the first call's latency (the first request of a server), and for
 graphed what its graph pool reserves of that. Two last rows put two GraphedForwards of one
 graphed.MemoryPool beside one alone, and capture the six shapes largest first (a graph pool reuses
-the free blocks of the graphs before it where they fit, so the order of captures counts).
+the free blocks of the graphs before it where they fit, so the order of captures counts); with
+`--methods graphed_compile`, GraphedForward over torch.compile(dynamic=False) is the row to read
+against reduce-overhead's like for like (the same inductor kernels, so the same intermediates).
 
 Runs only on a CUDA device; importing it does nothing. `python bench/memory_shapes.py --out DIR
 [--quick]` writes memory_shapes.json, memory_shapes.md and memory_shapes.png to DIR.
@@ -34,6 +36,8 @@ METHODS = {
     "seed": "seed wrapper",
     "graphed_pool_pair": "two GraphedForwards on one MemoryPool",
     "graphed_largest_first": "GraphedForward, the largest shape captured first",
+    # Like for like with CUDAGraph Trees: inductor's kernels, graphed's graphs.
+    "graphed_compile": "GraphedForward over torch.compile (dynamic=False)",
 }
 CHILD_TIMEOUT_S = (
     900  # reduce-overhead compiles each of six shapes of a 1B DiT: over 300 s on an H200
@@ -78,6 +82,10 @@ def _wrap(method: str, model: Any) -> Any:
 
     if method == "compile":
         return torch.compile(model, mode="reduce-overhead", dynamic=False)
+    if method == "graphed_compile":
+        return graphed.GraphedForward(
+            torch.compile(model, dynamic=False), device="cuda", max_entries=16
+        )
     if method == "seed":
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from seed_wrapper import SeedGraphedForward
@@ -120,7 +128,7 @@ def _measure(method: str, count: int) -> dict:
         "allocated_mib": (torch.cuda.memory_allocated() - allocated) / MIB,
         "first_call_ms": first_ms,
     }
-    if method != "compile" and method != "seed":
+    if method not in ("compile", "seed"):
         stats = wrapped[0].stats()
         result["pool_mib"] = stats["pool_bytes"] / MIB
         result["graph_pool_reserved_mib"] = stats["pool_reserved_bytes"] / MIB
@@ -150,12 +158,13 @@ def run(counts: list[int], methods: tuple[str, ...]) -> dict:
     plan = [
         (m, c)
         for m, c in plan
-        if m not in ("graphed_pool_pair", "graphed_largest_first") or c == counts[-1]
+        if m not in ("graphed_pool_pair", "graphed_largest_first", "graphed_compile")
+        or c == counts[-1]
     ]
     # The largest shape alone: what "the price of the largest one" is measured against.
     plan[1:1] = [("graphed", -1)] if "graphed" in methods else []
     plan += [("compile", -1)] if "compile" in methods else []
-    plan.sort(key=lambda row: row[0] == "compile")  # the slow compiles last
+    plan.sort(key=lambda row: row[0] in ("compile", "graphed_compile"))  # the slow compiles last
     for method, count in plan:
         key = LARGEST if count < 0 else str(count)
         rows[method][key] = _child(method, count)
@@ -181,9 +190,12 @@ def verdicts(results: dict) -> list[str]:
 
     graphed, compiled = reserved("graphed", most), reserved("compile", most)
     largest, pair = reserved("graphed", LARGEST), reserved("graphed_pool_pair", most)
+    graphed_compiled = reserved("graphed_compile", most)
     lines = []
     checks = (
         (f"{most} shapes: graphed <= reduce-overhead", graphed, compiled, 1.0),
+        (f"{most} shapes: graphed over compile <= reduce-overhead", graphed_compiled, compiled,
+         1.0),
         (f"{most} shapes: graphed <= {LARGEST_MULTIPLE}x the largest alone", graphed, largest,
          LARGEST_MULTIPLE),
         (f"two runners on one pool <= {PAIR_MULTIPLE}x one alone ({most} shapes)", pair, graphed,
@@ -260,9 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         parser.error("--out is required")
     args.out.mkdir(parents=True, exist_ok=True)
-    # quick: the six shapes only, the seed wrapper left out (each child loads a 1B-parameter DiT)
+    # quick: the six shapes only, the seed wrapper and graphed over compile left out (each child
+    # loads a 1B-parameter DiT; each compile of it takes about 30 s); --methods names them
     methods = tuple(
-        m for m in (args.methods or METHODS) if args.methods or not (args.quick and m == "seed")
+        m
+        for m in (args.methods or METHODS)
+        if args.methods or not (args.quick and m in ("seed", "graphed_compile"))
     )
     results = run(COUNTS["quick" if args.quick else "full"], methods)
     (args.out / "memory_shapes.json").write_text(json.dumps(results, indent=2) + "\n")
