@@ -13,8 +13,8 @@
  *      copy node (gf_runner_capture, gf_runner_capture_copy_node, gf_runner_keep_mutated).
  *   5. Agreement on the capture, then insertion; any failure disables the runner and the call
  *      runs eager (gf_runner_capture_and_replay).
- *   6. The capture event (time, device memory in use and held, churn once), then a replay gives
- * this call its outputs (gf_runner_report_capture, gf_runner_replay). */
+ *   6. The capture event (time, device memory in use and held, churn once), then a replay
+ *      gives this call its outputs (gf_runner_report_capture, gf_runner_replay). */
 #include "gf_runner_internal.h"
 
 #include <stdio.h>

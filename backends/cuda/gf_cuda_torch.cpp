@@ -94,19 +94,27 @@ gf_cuda_torch_runner *torch_runner_of(void *state) {
   return static_cast<gf_cuda_runner *>(state)->torch;
 }
 
-// Bytes the caching allocator has handed out on the device, every pool counted.
-int64_t allocated_bytes(c10::DeviceIndex device) {
+// One counter of the caching allocator's stats on the device, every pool counted, as `pick`
+// chooses it from them (allocated_bytes: handed out; reserved_bytes: held from the device, what
+// torch.cuda.memory_reserved says).
+template <typename Pick> int64_t aggregate_bytes(c10::DeviceIndex device, Pick pick) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
   const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  return stats.allocated_bytes[aggregate].current;
+  return pick(stats)[aggregate].current;
 }
 
-// Bytes the caching allocator holds from the device (torch.cuda.memory_reserved), every pool
-// counted.
-int64_t reserved_bytes(c10::DeviceIndex device) {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
-  const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  return stats.reserved_bytes[aggregate].current;
+// What a memory hook answers: `read` of the runner, or -1 where it throws. The hooks are read for
+// stats also on a runner whose device has no graphs (a CPU runner of a CUDA process), which has
+// no state: -1 there too.
+template <typename Read> int64_t memory_figure(void *state, Read read) {
+  if (state == nullptr) {
+    return -1;
+  }
+  try {
+    return read(*torch_runner_of(state));
+  } catch (...) {
+    return -1;
+  }
 }
 
 } // namespace
@@ -190,9 +198,7 @@ extern "C" gf_status gf_cuda_torch_pool_create(int device_index, gf_cuda_torch_p
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&made->handoff, cudaEventDisableTiming));
     // The pool's own reference, dropped when the last runner and the Python object let go: each
     // graph holds one more while it lives, so evicting every graph leaves the pool (and its
-    // memory) to the next capture instead of freeing it. Taken as torch's own warm-up manager
-    // (cudagraph_trees' _use_cuda_memory_pool_manager) takes one for a while: begin creates or
-    // counts the pool, and routes nothing here (the filter matches no stream).
+    // memory) to the next capture instead of freeing it.
     take_own_reference(made->device, made->id);
     *pool = made.release();
     return GF_OK;
@@ -266,48 +272,31 @@ extern "C" cudaStream_t gf_cuda_torch_current_stream(const gf_cuda_torch_runner 
   return c10::cuda::getCurrentCUDAStream(runner->device).stream();
 }
 
-// The memory hooks are read for stats also on a runner whose device has no graphs (a CPU runner
-// of a CUDA process), which has no state: -1 there.
 extern "C" int64_t gf_cuda_torch_device_bytes_in_use(void *, void *state) {
-  if (state == nullptr) {
-    return -1;
-  }
-  try {
-    return allocated_bytes(torch_runner_of(state)->device);
-  } catch (...) {
-    return -1;
-  }
+  return memory_figure(state, [](const gf_cuda_torch_runner &runner) {
+    return aggregate_bytes(runner.device, [](const auto &stats) { return stats.allocated_bytes; });
+  });
 }
 
 extern "C" int64_t gf_cuda_torch_device_bytes_reserved(void *, void *state) {
-  if (state == nullptr) {
-    return -1;
-  }
-  try {
-    return reserved_bytes(torch_runner_of(state)->device);
-  } catch (...) {
-    return -1;
-  }
+  return memory_figure(state, [](const gf_cuda_torch_runner &runner) {
+    return aggregate_bytes(runner.device, [](const auto &stats) { return stats.reserved_bytes; });
+  });
 }
 
 // A walk over the allocator's snapshot (every segment of every device): read for stats, never on
 // the call path.
 extern "C" int64_t gf_cuda_torch_pool_bytes_reserved(void *, void *state) {
-  if (state == nullptr) {
-    return -1;
-  }
-  try {
-    const gf_cuda_torch_pool *pool = torch_runner_of(state)->pool;
+  return memory_figure(state, [](const gf_cuda_torch_runner &runner) {
     int64_t total = 0;
     for (const auto &segment : c10::cuda::CUDACachingAllocator::snapshot().segments) {
-      if (segment.device == pool->device && segment.owner_private_pool_id == pool->id) {
+      if (segment.device == runner.pool->device &&
+          segment.owner_private_pool_id == runner.pool->id) {
         total += static_cast<int64_t>(segment.total_size);
       }
     }
     return total;
-  } catch (...) {
-    return -1;
-  }
+  });
 }
 
 namespace {
@@ -521,17 +510,17 @@ extern "C" gf_status gf_cuda_torch_warmup_end(void *, void *state, gf_error *err
         // begin counted a use of the pool: the graph pool's own reference keeps it; a scratch
         // pool has no other, so its memory can go back to the device now.
         c10::cuda::CUDACachingAllocator::releasePool(pool->device, routed);
-      }
-      if (routed != at::cuda::MempoolId_t{0, 0} && routed != pool->id) {
-        // cudaFree, which another thread's capture in global mode would otherwise refuse (and
-        // be invalidated by): relaxed on this thread for the call, as the scratch pool's memory
-        // belongs to no graph.
-        RelaxedCaptureMode relaxed;
-        try {
-          pool->scratch_pools_off =
-              !empty_one_pool(c10::cuda::CUDACachingAllocator::get(), routed, 0);
-        } catch (...) {
-          pool->scratch_pools_off = true; // the warm-ups themselves went well
+        if (routed != pool->id) {
+          // cudaFree, which another thread's capture in global mode would otherwise refuse (and
+          // be invalidated by): relaxed on this thread for the call, as the scratch pool's memory
+          // belongs to no graph.
+          RelaxedCaptureMode relaxed;
+          try {
+            pool->scratch_pools_off =
+                !empty_one_pool(c10::cuda::CUDACachingAllocator::get(), routed, 0);
+          } catch (...) {
+            pool->scratch_pools_off = true; // the warm-ups themselves went well
+          }
         }
       }
     }
