@@ -246,11 +246,14 @@ def verdicts(results: dict) -> list[str]:
     largest, pair = reserved("graphed", LARGEST), reserved("graphed_pool_pair", most)
     graphed_compiled = reserved("graphed_compile", most)
     torch_graphs = reserved("seed_shared_pool", most)
+    largest_first = reserved("graphed_largest_first", most)
     lines = []
     checks = (
         (f"{most} shapes: graphed <= reduce-overhead", graphed, compiled, 1.0),
         (f"{most} shapes: graphed over compile <= reduce-overhead", graphed_compiled, compiled,
          1.0),
+        (f"{most} shapes, largest first (graphed.warm_up's order): graphed <= reduce-overhead",
+         largest_first, compiled, 1.0),
         (f"{most} shapes: graphed <= torch.cuda.graph on one shared pool", graphed, torch_graphs,
          1.0),
         (f"{most} shapes: graphed <= {LARGEST_MULTIPLE}x the largest alone", graphed, largest,
@@ -297,11 +300,11 @@ def plot(results: dict, out_dir: Path) -> tuple[Path | None, str]:
         return None, why
     figure, axes = plt.subplots(figsize=(8, 5))
     for method, label in results["labels"].items():
-        points = [
+        points = sorted(
             (int(count), row["reserved_mib"])
             for count, row in results["rows"][method].items()
             if "error" not in row and count.isdigit()  # not the "1024 alone" row
-        ]
+        )
         if points:
             axes.plot(*zip(*points, strict=True), marker="o", label=label)
     axes.set_xlabel("resident shapes (latent lengths 64 ... 1024)")

@@ -13,6 +13,7 @@ from ._platform import CUDAGraphedForward, XPUGraphedForward, get_graphed_forwar
 from ._runner import Runner
 from ._tree import clone_static, copy_into, flatten_kwargs, kwargs_signature, unflatten
 from ._version import __version__ as __version__
+from ._warm_up import warm_up
 
 load_library()
 _register_fakes()
@@ -37,4 +38,5 @@ __all__ = [
     "memory_table",
     "unflatten",
     "ungraph_pipeline",
+    "warm_up",
 ]

@@ -1,0 +1,62 @@
+"""Why this exists: the order in which a runner captures its shapes decides how much memory its
+graph pool keeps, and a server knows its shapes before traffic arrives. graphed.warm_up captures
+them ahead, the largest first.
+
+A graph pool gives a new capture the free blocks the graphs before it left, where they fit: the
+blocks of a large shape serve every smaller one, while blocks sized for a small shape do not fit a
+larger one's, which then takes new segments beside them. On an H200 (torch 2.11) six latent
+lengths of the Stable Audio Open DiT reserved 302 MiB captured smallest first, 272 MiB largest
+first, and 264 MiB for the largest alone (bench/memory_shapes.py, docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch.utils import _pytree
+
+from ._forward import GraphedForward
+
+
+def _tensor_bytes(call: Mapping[str, Any]) -> int:
+    """The bytes of every tensor in one call's keyword arguments, nested containers included."""
+    return sum(
+        leaf.numel() * leaf.element_size()
+        for leaf in _pytree.tree_leaves(dict(call))
+        if isinstance(leaf, torch.Tensor)
+    )
+
+
+def warm_up(runner: GraphedForward, calls: Iterable[Mapping[str, Any]]) -> int:
+    """Calls `runner` once with each of `calls` (the keyword arguments of one call each; a
+    positional parameter by its name), the one whose tensors hold the most bytes first, so that
+    each new key's graph is captured before traffic arrives and the later, smaller captures reuse
+    the memory of the larger ones. Calls of equal size keep their order. The outputs are dropped;
+    the calls run in the caller's grad mode and on its stream, as served calls will. Returns the
+    number of graphs captured (0 when every key had one already, or when the runner runs eager).
+    A call that is not a mapping is refused, naming its index, before any runs."""
+    if not isinstance(runner, GraphedForward):
+        raise TypeError(
+            f"graphed.warm_up takes a GraphedForward, got {type(runner).__name__}; for a "
+            "graphed.Runner, call runner.forward(key, inputs) for each shape, the largest first"
+        )
+    if isinstance(calls, Mapping):
+        raise TypeError(
+            "graphed.warm_up takes a list of calls, each a dict of keyword arguments; got one "
+            "dict: wrap it in a list, warm_up(runner, [kwargs])"
+        )
+    ordered = list(calls)
+    for index, call in enumerate(ordered):
+        if not isinstance(call, Mapping):
+            raise TypeError(
+                f"graphed.warm_up: calls[{index}] is a {type(call).__name__}, not a mapping of "
+                "keyword arguments; pass each call as dict(name=value, ...)"
+            )
+    captures = runner.stats()["captures"]
+    for call in sorted(ordered, key=_tensor_bytes, reverse=True):
+        runner(**call)
+    return runner.stats()["captures"] - captures
+
+
+__all__ = ["warm_up"]
