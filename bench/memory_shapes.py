@@ -4,10 +4,12 @@ weights, bf16, CFG batch 2) cost each method: GraphedForward, torch.compile redu
 (CUDAGraph Trees) and the seed wrapper, for 1, 2, 4 and 6 latent lengths, each (method, N) in a
 fresh child process so that no cache of one measurement lends memory to the next. A child reports
 the growth of torch.cuda.memory_reserved and memory_allocated from before the first call to after
-one call of each shape, and the first call's latency (the first request of a server), and for
-graphed what its graph pool reserves of that. Two last rows put two GraphedForwards of one
-graphed.MemoryPool beside one alone, and capture the six shapes largest first (a graph pool reuses
-the free blocks of the graphs before it where they fit, so the order of captures counts); with
+one call of each shape, and the first call's latency (the first request of a server), where the
+new memory sits (pool and stream of each new segment), and for graphed what its graph pool
+reserves of that. Two last rows put two GraphedForwards of one graphed.MemoryPool beside one
+alone, and capture the six shapes with graphed.warm_up before the first call, largest first (a
+graph pool reuses the free blocks of the graphs before it where they fit, so the order of
+captures counts; that row's first call is a replay, and warm_up_ms the captures' time); with
 `--methods graphed_compile`, GraphedForward over torch.compile(dynamic=False) is the row to read
 against reduce-overhead's like for like (the same inductor kernels, so the same intermediates).
 
@@ -41,7 +43,7 @@ METHODS = {
     # ordinary pool. The floor for eager kernels in graphs, with nothing of graphed's.
     "seed_shared_pool": "torch.cuda.graph, one shared pool (seed wrapper, share_pool=True)",
     "graphed_pool_pair": "two GraphedForwards on one MemoryPool",
-    "graphed_largest_first": "GraphedForward, the largest shape captured first",
+    "graphed_largest_first": "GraphedForward, captured by graphed.warm_up (largest first)",
     # Like for like with CUDAGraph Trees: inductor's kernels, graphed's graphs.
     "graphed_compile": "GraphedForward over torch.compile (dynamic=False)",
 }
@@ -102,12 +104,30 @@ def _wrap(method: str, model: Any) -> Any:
     return graphed.GraphedForward(model, device="cuda", max_entries=16)
 
 
+def _new_segments(before: set[int]) -> dict[str, list[float]]:
+    """Where the memory reserved since `before` (segment addresses) sits: [reserved, in use] MiB
+    by the pool that owns it (torch's ordinary pool, or a private one: a graph pool, a scratch
+    pool) and the stream it was allocated on (the caller's, or another: a side stream)."""
+    caller = torch.cuda.current_stream().cuda_stream
+    where: dict[str, list[float]] = {}
+    for segment in torch.cuda.memory_snapshot():
+        if segment["address"] in before:
+            continue
+        pool = tuple(segment.get("segment_pool_id", (0, 0)))
+        place = (
+            f"{'ordinary' if pool == (0, 0) else f'private {pool}'} pool, "
+            f"{'caller' if segment['stream'] == caller else 'other'} stream"
+        )
+        held = where.setdefault(place, [0.0, 0.0])
+        held[0] += segment["total_size"] / MIB
+        held[1] += segment["allocated_size"] / MIB
+    return where
+
+
 def _measure(method: str, count: int) -> dict:
     """In the child: memory growth over `count` shapes and the first call's latency."""
     model = _model()
     shapes = [_inputs(model, frames) for frames in (FRAMES[:count] if count > 0 else FRAMES[-1:])]
-    if method == "graphed_largest_first":
-        shapes.reverse()
     torch.cuda.synchronize()
     # The model's random initialisation leaves blocks cached in torch's ordinary pool. Given back
     # first, so that every method starts from the same place: torch.cuda.graph (the seed wrapper)
@@ -115,6 +135,7 @@ def _measure(method: str, count: int) -> dict:
     # as negative growth (seen on the H200: -1512 MiB for reduce-overhead's six shapes).
     torch.cuda.empty_cache()
     reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
+    segments_before = {segment["address"] for segment in torch.cuda.memory_snapshot()}
     wrapped = [_wrap(method, model)]
     if method == "graphed_pool_pair":
         import graphed
@@ -124,8 +145,15 @@ def _measure(method: str, count: int) -> dict:
             graphed.GraphedForward(model, device="cuda", memory_pool=pool),
             graphed.GraphedForward(model, device="cuda", memory_pool=pool),
         ]
-    first_ms = None
+    first_ms = warm_up_ms = None
     with torch.no_grad():
+        if method == "graphed_largest_first":  # captured before the first call, largest first
+            import graphed
+
+            started = time.perf_counter()
+            graphed.warm_up(wrapped[0], shapes)
+            torch.cuda.synchronize()
+            warm_up_ms = (time.perf_counter() - started) * 1e3
         for runner in wrapped:
             for kwargs in shapes:
                 started = time.perf_counter()
@@ -140,7 +168,10 @@ def _measure(method: str, count: int) -> dict:
         "reserved_mib": (torch.cuda.memory_reserved() - reserved) / MIB,
         "allocated_mib": (torch.cuda.memory_allocated() - allocated) / MIB,
         "first_call_ms": first_ms,
+        "new_segments_mib": _new_segments(segments_before),
     }
+    if warm_up_ms is not None:
+        result["warm_up_ms"] = warm_up_ms
     if method not in ("compile", "seed", "seed_shared_pool"):
         stats = wrapped[0].stats()
         result["pool_mib"] = stats["pool_bytes"] / MIB
