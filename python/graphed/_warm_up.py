@@ -38,8 +38,9 @@ def warm_up(runner: GraphedForward, calls: Iterable[Mapping[str, Any]]) -> int:
     A call that is not a mapping is refused, naming its index, before any runs."""
     if not isinstance(runner, GraphedForward):
         raise TypeError(
-            f"graphed.warm_up takes a GraphedForward, got {type(runner).__name__}; for a "
-            "graphed.Runner, call runner.forward(key, inputs) for each shape, the largest first"
+            f"graphed.warm_up takes a GraphedForward, got {type(runner).__name__} (graph_pipeline "
+            "returns each component's GraphedForward by name; for a graphed.Runner, call "
+            "runner.forward(key, inputs) for each shape, the largest first)"
         )
     if isinstance(calls, Mapping):
         raise TypeError(
