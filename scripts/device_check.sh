@@ -94,6 +94,8 @@ if [[ "$what" == memory ]]; then
     PYTHONPATH="$SITE:bench" timeout 120 "$PY" bench/host_cost_only.py --label memory \
       --json "$OUT/host_cost.jsonl" > "$OUT/host_cost.log" 2>&1 || status=1
     tail -12 "$OUT/host_cost.log"
+  else
+    echo "host cost not timed: the memory rows left too little of the call's 600 s"
   fi
 fi
 if [[ "$what" == compare ]]; then

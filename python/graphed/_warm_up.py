@@ -13,19 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import torch
-from torch.utils import _pytree
-
 from ._forward import GraphedForward
+from ._tree import flatten_kwargs
 
 
 def _tensor_bytes(call: Mapping[str, Any]) -> int:
-    """The bytes of every tensor in one call's keyword arguments, nested containers included."""
-    return sum(
-        leaf.numel() * leaf.element_size()
-        for leaf in _pytree.tree_leaves(dict(call))
-        if isinstance(leaf, torch.Tensor)
-    )
+    """The bytes of every tensor in one call's keyword arguments, found by the walker that keys
+    graphed's calls (nested containers included; what it refuses is refused here, by path)."""
+    return sum(tensor.numel() * tensor.element_size() for tensor in flatten_kwargs(dict(call))[0])
 
 
 def warm_up(runner: GraphedForward, calls: Iterable[Mapping[str, Any]]) -> int:
@@ -35,7 +30,8 @@ def warm_up(runner: GraphedForward, calls: Iterable[Mapping[str, Any]]) -> int:
     the memory of the larger ones. Calls of equal size keep their order. The outputs are dropped;
     the calls run in the caller's grad mode and on its stream, as served calls will. Returns the
     number of graphs captured (0 when every key had one already, or when the runner runs eager).
-    A call that is not a mapping is refused, naming its index, before any runs."""
+    A call that is not a mapping, or holds what graphed cannot take (the kwarg path named), is
+    refused before any runs."""
     if not isinstance(runner, GraphedForward):
         raise TypeError(
             f"graphed.warm_up takes a GraphedForward, got {type(runner).__name__} (graph_pipeline "
@@ -54,8 +50,9 @@ def warm_up(runner: GraphedForward, calls: Iterable[Mapping[str, Any]]) -> int:
                 f"graphed.warm_up: calls[{index}] is a {type(call).__name__}, not a mapping of "
                 "keyword arguments; pass each call as dict(name=value, ...)"
             )
+    largest_first = sorted(ordered, key=_tensor_bytes, reverse=True)
     captures = runner.stats()["captures"]
-    for call in sorted(ordered, key=_tensor_bytes, reverse=True):
+    for call in largest_first:
         runner(**call)
     return runner.stats()["captures"] - captures
 

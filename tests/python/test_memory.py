@@ -11,6 +11,7 @@ import io
 import json
 import subprocess
 import sys
+import types
 
 import graphed
 import pytest
@@ -168,6 +169,10 @@ def test_warm_up_refuses_what_is_not_a_list_of_calls_and_the_runner_stays_usable
     assert gf.stats()["captures"] == 0  # refused before any call ran
     with pytest.raises(TypeError, match=r"wrap it in a list"):
         graphed.warm_up(gf, {"x": x})
+    holder = types.SimpleNamespace(y=x)  # what a call refuses, refused before any call runs
+    with pytest.raises(TypeError, match=r"kwargs\['extra'\]\.y: tensor inside"):
+        graphed.warm_up(gf, [{"x": x}, {"x": x, "extra": holder}])
+    assert gf.stats()["captures"] == 0
     with (
         _runner(emulated_backend) as runner,
         pytest.raises(TypeError, match=r"takes a GraphedForward, got Runner"),
