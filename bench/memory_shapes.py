@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -46,7 +47,23 @@ METHODS = {
     "graphed_largest_first": "GraphedForward, captured by graphed.warm_up (largest first)",
     # Like for like with CUDAGraph Trees: inductor's kernels, graphed's graphs.
     "graphed_compile": "GraphedForward over torch.compile (dynamic=False)",
+    # The same two methods under torch's expandable segments (PYTORCH_CUDA_ALLOC_CONF), the
+    # allocator setting torch recommends against fragmentation: whether it closes the gap that the
+    # order of captures leaves, for graphed and for CUDAGraph Trees alike.
+    "graphed_expandable": "GraphedForward, expandable_segments:True",
+    "compile_expandable": "torch.compile reduce-overhead, expandable_segments:True",
 }
+EXPANDABLE = "_expandable"
+EXPANDABLE_CONF = "expandable_segments:True"
+# Rows measured at the most shapes only (and graphed_expandable's largest alone).
+MOST_SHAPES_ONLY = (
+    "graphed_pool_pair",
+    "graphed_largest_first",
+    "graphed_compile",
+    "graphed_expandable",
+    "compile_expandable",
+)
+COMPILING = ("compile", "graphed_compile", "compile_expandable")
 CHILD_TIMEOUT_S = (
     900  # reduce-overhead compiles each of six shapes of a 1B DiT: over 300 s on an H200
 )
@@ -117,6 +134,7 @@ def _new_segments(before: set[int]) -> dict[str, list[float]]:
         place = (
             f"{'ordinary' if pool == (0, 0) else f'private {pool}'} pool, "
             f"{'caller' if segment['stream'] == caller else 'other'} stream"
+            f"{', expandable' if segment.get('is_expandable') else ''}"
         )
         held = where.setdefault(place, [0.0, 0.0])
         held[0] += segment["total_size"] / MIB
@@ -126,6 +144,7 @@ def _new_segments(before: set[int]) -> dict[str, list[float]]:
 
 def _measure(method: str, count: int) -> dict:
     """In the child: memory growth over `count` shapes and the first call's latency."""
+    method = method.removesuffix(EXPANDABLE)  # its child runs under EXPANDABLE_CONF
     model = _model()
     shapes = [_inputs(model, frames) for frames in (FRAMES[:count] if count > 0 else FRAMES[-1:])]
     torch.cuda.synchronize()
@@ -187,12 +206,16 @@ def _child(method: str, count: int, deadline: float) -> dict:
     if timeout <= 0:
         return {"error": ["not run: the run's --deadline-s had passed"]}
     try:
+        environment = dict(os.environ)
+        if method.endswith(EXPANDABLE):
+            environment["PYTORCH_CUDA_ALLOC_CONF"] = EXPANDABLE_CONF
         done = subprocess.run(
             [sys.executable, __file__, "--child", method, str(count)],
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
+            env=environment,
         )
     except subprocess.TimeoutExpired:
         return {"error": [f"stopped after {timeout:.0f} s (the run's --deadline-s)"]}
@@ -218,17 +241,12 @@ def run(
     """
     rows: dict[str, dict[str, Any]] = {method: {} for method in METHODS}
     plan = [(method, count) for method in methods for count in counts]
-    plan = [
-        (m, c)
-        for m, c in plan
-        if m not in ("graphed_pool_pair", "graphed_largest_first", "graphed_compile")
-        or c == counts[-1]
-    ]
+    plan = [(m, c) for m, c in plan if m not in MOST_SHAPES_ONLY or c == counts[-1]]
     # The largest shape alone: what "the price of the largest one" is measured against.
     plan[1:1] = [("graphed", -1)] if "graphed" in methods else []
-    plan += [("compile", -1)] if "compile" in methods else []
+    plan += [(m, -1) for m in ("compile", "graphed_expandable") if m in methods]
     # One at a time, the slow compiles last; several at once, first, beside the rest.
-    plan.sort(key=lambda row: (row[0] in ("compile", "graphed_compile")) == (jobs == 1))
+    plan.sort(key=lambda row: (row[0] in COMPILING) == (jobs == 1))
     later = [(m, c) for m, c in plan if m == "compile" and c != counts[-1]] if jobs > 1 else []
     waves = [[row for row in plan if row not in later], later]
     results = {
@@ -278,6 +296,8 @@ def verdicts(results: dict) -> list[str]:
     graphed_compiled = reserved("graphed_compile", most)
     torch_graphs = reserved("seed_shared_pool", most)
     largest_first = reserved("graphed_largest_first", most)
+    expandable = reserved("graphed_expandable", most)
+    compiled_expandable = reserved("compile_expandable", most)
     lines = []
     checks = (
         (f"{most} shapes: graphed <= reduce-overhead", graphed, compiled, 1.0),
@@ -291,6 +311,10 @@ def verdicts(results: dict) -> list[str]:
          LARGEST_MULTIPLE),
         (f"two runners on one pool <= {PAIR_MULTIPLE}x one alone ({most} shapes)", pair, graphed,
          PAIR_MULTIPLE),
+        (f"{most} shapes, both with expandable segments: graphed <= reduce-overhead", expandable,
+         compiled_expandable, 1.0),
+        (f"{most} shapes: graphed with expandable segments <= reduce-overhead without", expandable,
+         compiled, 1.0),
     )  # fmt: skip
     for text, value, reference, multiple in checks:
         if value is None or reference is None:
