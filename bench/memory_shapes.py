@@ -47,14 +47,15 @@ METHODS = {
     "graphed_largest_first": "GraphedForward, captured by graphed.warm_up (largest first)",
     # Like for like with CUDAGraph Trees: inductor's kernels, graphed's graphs.
     "graphed_compile": "GraphedForward over torch.compile (dynamic=False)",
-    # The same two methods under torch's expandable segments (PYTORCH_CUDA_ALLOC_CONF), the
-    # allocator setting torch recommends against fragmentation: whether it closes the gap that the
-    # order of captures leaves, for graphed and for CUDAGraph Trees alike.
+    # With the allocator settings as a user may set them (PYTORCH_ALLOC_CONF). graphed's pools
+    # grow by expandable segments where the settings are empty; a user's setting wins:
+    # expandable_segments:True everywhere (so for CUDAGraph Trees too), False for plain segments
+    # (graphed's pools as they grew before).
     "graphed_expandable": "GraphedForward, expandable_segments:True",
     "compile_expandable": "torch.compile reduce-overhead, expandable_segments:True",
+    "graphed_plain": "GraphedForward, expandable_segments:False",
 }
-EXPANDABLE = "_expandable"
-EXPANDABLE_CONF = "expandable_segments:True"
+ALLOC_CONF = {"_expandable": "expandable_segments:True", "_plain": "expandable_segments:False"}
 # Rows measured at the most shapes only (and graphed_expandable's largest alone).
 MOST_SHAPES_ONLY = (
     "graphed_pool_pair",
@@ -62,6 +63,7 @@ MOST_SHAPES_ONLY = (
     "graphed_compile",
     "graphed_expandable",
     "compile_expandable",
+    "graphed_plain",
 )
 COMPILING = ("compile", "graphed_compile", "compile_expandable")
 CHILD_TIMEOUT_S = (
@@ -144,7 +146,8 @@ def _new_segments(before: set[int]) -> dict[str, list[float]]:
 
 def _measure(method: str, count: int) -> dict:
     """In the child: memory growth over `count` shapes and the first call's latency."""
-    method = method.removesuffix(EXPANDABLE)  # its child runs under EXPANDABLE_CONF
+    for suffix in ALLOC_CONF:  # its child runs under that setting
+        method = method.removesuffix(suffix)
     model = _model()
     shapes = [_inputs(model, frames) for frames in (FRAMES[:count] if count > 0 else FRAMES[-1:])]
     torch.cuda.synchronize()
@@ -196,6 +199,9 @@ def _measure(method: str, count: int) -> dict:
         result["pool_mib"] = stats["pool_bytes"] / MIB
         result["graph_pool_reserved_mib"] = stats["pool_reserved_bytes"] / MIB
         result["shared_input_mib"] = stats.get("shared_input_bytes", 0) / MIB
+        # whether graphed replays at all (over torch.compile, a failed capture runs eager)
+        result["captures"], result["graphs"] = stats["captures"], stats["graphs"]
+        result["disabled_reason"] = stats["disabled_reason"]
     return result
 
 
@@ -206,9 +212,14 @@ def _child(method: str, count: int, deadline: float) -> dict:
     if timeout <= 0:
         return {"error": ["not run: the run's --deadline-s had passed"]}
     try:
-        environment = dict(os.environ)
-        if method.endswith(EXPANDABLE):
-            environment["PYTORCH_CUDA_ALLOC_CONF"] = EXPANDABLE_CONF
+        environment = {
+            name: value
+            for name, value in os.environ.items()
+            if name not in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+        }
+        for suffix, conf in ALLOC_CONF.items():
+            if method.endswith(suffix):
+                environment["PYTORCH_ALLOC_CONF"] = conf
         done = subprocess.run(
             [sys.executable, __file__, "--child", method, str(count)],
             capture_output=True,
@@ -244,7 +255,7 @@ def run(
     plan = [(m, c) for m, c in plan if m not in MOST_SHAPES_ONLY or c == counts[-1]]
     # The largest shape alone: what "the price of the largest one" is measured against.
     plan[1:1] = [("graphed", -1)] if "graphed" in methods else []
-    plan += [(m, -1) for m in ("compile", "graphed_expandable") if m in methods]
+    plan += [(m, -1) for m in ("compile", "graphed_expandable", "graphed_plain") if m in methods]
     # One at a time, the slow compiles last; several at once, first, beside the rest.
     plan.sort(key=lambda row: (row[0] in COMPILING) == (jobs == 1))
     later = [(m, c) for m, c in plan if m == "compile" and c != counts[-1]] if jobs > 1 else []

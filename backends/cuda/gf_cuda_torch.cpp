@@ -1,6 +1,7 @@
 // The torch half of the CUDA backend (see gf_cuda_torch.h).
 #include "gf_cuda_torch.h"
 
+#include "gf_cuda_pool_growth.h"
 #include "gf_torch_errors.h"
 
 #include <ATen/Context.h>
@@ -391,6 +392,7 @@ gf_status side_stream_begin(gf_cuda_torch_runner *runner, gf_error *err) {
     order_after_last_stream(pool, pool->side_stream->stream());
     runner->outer_stream = outer;
     c10::cuda::setCurrentCUDAStream(*pool->side_stream);
+    graphed::cuda::pool_growth_begin(); // ended in side_stream_end
     return GF_OK;
   } catch (...) {
     pool->capture_mutex.unlock();
@@ -402,6 +404,7 @@ gf_status side_stream_begin(gf_cuda_torch_runner *runner, gf_error *err) {
 gf_status side_stream_end(gf_cuda_torch_runner *runner, gf_error *err) {
   gf_cuda_torch_pool *pool = runner->pool;
   gf_status status = GF_OK;
+  graphed::cuda::pool_growth_end();
   try {
     if (runner->outer_stream.has_value()) {
       c10::cuda::CUDAStream outer = *runner->outer_stream;
