@@ -7,9 +7,12 @@ the growth of torch.cuda.memory_reserved and memory_allocated from before the fi
 one call of each shape, and the first call's latency (the first request of a server), where the
 new memory sits (pool and stream of each new segment), and for graphed what its graph pool
 reserves of that. Two last rows put two GraphedForwards of one graphed.MemoryPool beside one
-alone, and capture the six shapes with graphed.warm_up before the first call, largest first (a
-graph pool reuses the free blocks of the graphs before it where they fit, so the order of
-captures counts; that row's first call is a replay, and warm_up_ms the captures' time); with
+alone, and capture the six shapes with graphed.warm_up before the first call, largest first (where
+a graph pool grows by plain segments it reuses the free blocks of the graphs before it only where
+they fit, so the order of captures counts; that row's first call is a replay, and warm_up_ms the
+captures' time). Rows named *_expandable and *_plain run their child with PYTORCH_ALLOC_CONF set
+to expandable_segments:True or :False, as a user may (graphed's pools grow by expandable segments
+where the settings are empty, and leave a user's setting alone); with
 `--methods graphed_compile`, GraphedForward over torch.compile(dynamic=False) is the row to read
 against reduce-overhead's like for like (the same inductor kernels, so the same intermediates).
 

@@ -25,7 +25,8 @@ typedef struct gf_cuda_torch_runner gf_cuda_torch_runner;
  * warm-up and capture into it runs on (the allocator reuses a freed block only on the stream it
  * was freed on, so graphs of one pool share memory only through one stream). The warm-ups
  * allocate from it too, so that their memory is the captures' memory rather than blocks of the
- * ordinary pool kept reserved on the side stream. Captures and warm-ups into one pool are
+ * ordinary pool kept reserved on the side stream. It grows by expandable segments where the user's
+ * allocator settings allow (gf_cuda_pool_growth.h). Captures and warm-ups into one pool are
  * serialised by its lock; a replay on another stream than the pool's last one first waits for the
  * work queued there. Counted by reference: a runner made without a shared pool has its own. */
 typedef struct gf_cuda_torch_pool gf_cuda_torch_pool;
