@@ -450,16 +450,24 @@ print(json.dumps({
 """
 
 
-def _pool_growth_child(alloc_conf: str | None) -> dict:
+# What decides whether graphed's pools grow by expandable segments: the user's allocator settings
+# and a distributed launch's variables (backends/cuda/gf_cuda_pool_growth.cpp).
+_POOL_GROWTH_VARIABLES = (
+    "PYTORCH_ALLOC_CONF",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+)
+
+
+def _pool_growth_child(**variables: str) -> dict:
     """Runs _POOL_GROWTH_CHILD in a fresh process (the allocator as a server starts it), with
-    PYTORCH_ALLOC_CONF set to `alloc_conf` or unset."""
+    none of _POOL_GROWTH_VARIABLES set but `variables` (other tests of this process may have set
+    some)."""
     environment = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+        name: value for name, value in os.environ.items() if name not in _POOL_GROWTH_VARIABLES
     }
-    if alloc_conf is not None:
-        environment["PYTORCH_ALLOC_CONF"] = alloc_conf
+    environment.update(variables)
     done = subprocess.run(
         [sys.executable, "-c", _POOL_GROWTH_CHILD],
         capture_output=True,
@@ -480,7 +488,7 @@ def test_shapes_captured_smallest_first_reserve_about_the_largest_alone():
     takes alone (plain segments keep the small graphs' segments beside it), every replay equal to
     eager; after the captures the user's settings are back (empty) and a new allocation of the
     ordinary pool is a plain segment again."""
-    figures = _pool_growth_child(None)
+    figures = _pool_growth_child()
     assert figures["equal"] and figures["captures"] == 5, figures
     assert figures["any_expandable"], figures  # the graph pools' segments
     assert figures["all_shapes"] <= 1.1 * figures["largest_alone"] + 2**21, figures
@@ -491,13 +499,22 @@ def test_shapes_captured_smallest_first_reserve_about_the_largest_alone():
 
 @_gpu[0]
 @_gpu[1]
-def test_a_user_who_sets_the_allocator_keeps_their_setting():
-    """PYTORCH_ALLOC_CONF=expandable_segments:False: graphed changes nothing, so no segment of the
-    process is expandable (its pools grow by plain segments, as the user chose), and the replays
-    are still equal to eager."""
-    figures = _pool_growth_child("expandable_segments:False")
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {"PYTORCH_ALLOC_CONF": "expandable_segments:False"},
+        {"PYTORCH_ALLOC_CONF": "max_split_size_mb:64"},
+        {"WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"},
+    ],
+    ids=["user-said-false", "user-set-another-key", "distributed-launch"],
+)
+def test_a_user_setting_or_a_distributed_job_keeps_plain_segments(variables):
+    """Where the user set the allocator (any key) or the process is part of a distributed job,
+    graphed changes nothing: no segment of the process is expandable, the settings read as the
+    user left them, and the replays are still equal to eager."""
+    figures = _pool_growth_child(**variables)
     assert figures["equal"] and figures["captures"] == 5, figures
-    assert figures["settings_after"] in (None, "expandable_segments:False"), figures
+    assert figures["settings_after"] in (None, variables.get("PYTORCH_ALLOC_CONF", "")), figures
     assert not figures["after_is_expandable"], figures
     assert figures["ordinary_pool_expandable"] == [False], figures
     assert not figures["any_expandable"], figures
