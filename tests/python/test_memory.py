@@ -316,6 +316,21 @@ def test_a_tensor_a_later_warmup_keeps_is_not_overwritten_by_other_graphs():
     assert graphed_module.stats()["enabled"]
 
 
+def _child_figures(source: str, environment: dict[str, str] | None = None) -> dict:
+    """Runs `source` in a fresh Python process (this one's environment, or `environment`) and
+    returns the JSON object its last line prints; the child's stderr where it failed."""
+    done = subprocess.run(
+        [sys.executable, "-c", source],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=environment,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 _LATER_WARMUPS_CHILD = """
 import json, torch, graphed
 
@@ -380,15 +395,7 @@ def test_a_later_shapes_warmups_leave_nothing_reserved_beside_the_graph_pool():
     little else (before, the warm-ups' blocks stayed cached in torch's ordinary pool). In a fresh
     process, as a server starts: a scratch pool cannot be given back while torch's allocator has a
     capture or routing under way elsewhere, which other tests of this process may leave."""
-    done = subprocess.run(
-        [sys.executable, "-c", _LATER_WARMUPS_CHILD],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures = _child_figures(_LATER_WARMUPS_CHILD)
     large = figures["large_bytes"]
     assert figures["equal"] and figures["captures"] == 2, figures
     # the graph's two intermediates are in the pool (less what the first graph's free blocks lend:
@@ -421,7 +428,6 @@ settings_before = settings()
 rows = [256, 1024, 2048, 4096, 8192]  # smallest first: the order that fragments plain segments
 inputs = {n: torch.randn(n, 1024, device=device) for n in rows}
 expected = {n: Mlp()(x) for n, x in inputs.items()}
-ordinary = torch.empty(1 << 20, device=device)  # a block of torch's ordinary pool, before
 
 all_shapes = graphed.GraphedForward(Mlp(), device=device)
 largest_alone = graphed.GraphedForward(Mlp(), device=device)
@@ -468,16 +474,7 @@ def _pool_growth_child(**variables: str) -> dict:
         name: value for name, value in os.environ.items() if name not in _POOL_GROWTH_VARIABLES
     }
     environment.update(variables)
-    done = subprocess.run(
-        [sys.executable, "-c", _POOL_GROWTH_CHILD],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=environment,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return _child_figures(_POOL_GROWTH_CHILD, environment)
 
 
 @_gpu[0]
