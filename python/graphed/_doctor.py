@@ -4,8 +4,10 @@ this build was made for against the running one, the backends built in and the o
 with its reasons, the devices, and a few-second self-test (capture, replay and compare with eager
 on a tiny module; without a GPU, the eager fallback). It exits non-zero when the self-test fails,
 and when graphed cannot load (a build made for another torch, a checkout never built): then it
-prints the import's message and what to do, without a traceback. `python -m graphed bench` runs
-the short benchmark of a checkout (bench/ is not installed)."""
+prints the import's message and what to do, without a traceback. A warning torch gives at its
+import about its own environment (a NumPy it cannot use) is a line of the report, not the
+report's first words. `python -m graphed bench` runs the short benchmark of a checkout (bench/ is
+not installed)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -36,6 +39,13 @@ _EPILOG = (
 # A driver's raw result code in a backend's reason, e.g. Level Zero's "(result 0x78000001)":
 # the reason says it in words before it; --verbose keeps the code.
 _RAW_RESULT = re.compile(r" \(result 0x[0-9a-fA-F]+\)")
+# torch's words for a NumPy it cannot use, warned once when torch is imported (TORCH_WARN in
+# torch/csrc/utils/tensor_numpy.cpp: "Failed to initialize NumPy: No module named 'numpy'", or
+# what a NumPy built for another ABI raises), and the C++ location TORCH_WARN adds to it.
+_NUMPY_WARNING = re.compile(r"NumPy")
+_TRIGGERED_AT = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
+# What torch said at its import about NumPy under the doctor, for the report's numpy line.
+_torch_import_findings: list[str] = []
 
 
 def _line(label: str, value: object) -> None:
@@ -62,6 +72,39 @@ def _log_without(text: str) -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(new_to_the_reader)
+
+
+def import_torch_quietly() -> None:
+    """Imports torch for the doctor, before anything of graphed does (the package's first module
+    calls it under `python -m graphed` only): torch's UserWarning about NumPy is kept for the
+    report's numpy line instead of opening the report; any other warning is shown as it would
+    be. A program that imports graphed sees torch's warnings as torch gives them."""
+    if "torch" in sys.modules or not running_as_doctor():
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            pass  # the import after this one raises it again, and the report says so
+    for shown in caught:
+        text = str(shown.message)
+        if issubclass(shown.category, UserWarning) and _NUMPY_WARNING.search(text):
+            _torch_import_findings.append(_TRIGGERED_AT.sub("", text))
+        else:
+            warnings.warn_explicit(shown.message, shown.category, shown.filename, shown.lineno)
+
+
+def numpy_state() -> str:
+    """The report's numpy line: its version, or what torch said of it at its import (graphed
+    itself does not need NumPy; torch's tensor.numpy() and from_numpy do)."""
+    if _torch_import_findings:
+        return (
+            f"not usable by torch ({'; '.join(_torch_import_findings)}); graphed does not need it"
+        )
+    numpy = sys.modules.get("numpy")
+    version = getattr(numpy, "__version__", None)
+    return str(version) if version else "not imported by torch; graphed does not need it"
 
 
 def driver_version() -> str:
@@ -202,6 +245,7 @@ def doctor(verbose: bool = False) -> int:
         _line("torch", f"not importable: {error}")
         return 1
     _line("torch", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})")
+    _line("numpy", numpy_state())
     _line("NVIDIA driver", driver_version())
 
     try:

@@ -23,7 +23,7 @@ from ._baked import BakedState, weight_moving_hook
 from ._device_hooks import hooks_for, resolve_device
 from ._memory import MemoryPool, pool_id_of
 from ._native import _graphed_fastcall as _fastcall
-from ._tree import flatten_kwargs, flatten_output, rebuild_output, unflatten
+from ._tree import flatten_kwargs, flatten_output, rebuild_output, refuse_tensors, unflatten
 
 __all__ = ["GraphedForward"]
 
@@ -82,6 +82,27 @@ def runner_entries(runner_id: int) -> list[dict[str, Any]]:
         row["pinned"] = bool(row["pinned"])
         row["folded"] = bool(row["folded"])
     return rows
+
+
+def _check_callable(module: Any) -> None:
+    """A GraphedForward calls `module(**kwargs)`: anything else is refused at construction, with
+    what was passed, rather than at the first call."""
+    if callable(module):
+        return
+    text = repr(module)
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    forward = getattr(module, "forward", None)
+    hint = (
+        "; it has a `forward` method but no __call__: pass that (GraphedForward(obj.forward, "
+        "...)) or make the object an nn.Module"
+        if callable(forward)
+        else ""
+    )
+    raise TypeError(
+        f"graphed: GraphedForward wraps a callable run as module(**kwargs) (an nn.Module, or a "
+        f"function taking keyword arguments); got {type(module).__name__} {shown}, which is not "
+        f"callable{hint}"
+    )
 
 
 def _check_reserved(module: Any) -> None:
@@ -299,6 +320,7 @@ class GraphedForward:
         the components of one pipeline reserve about what the largest needs (graphed._memory);
         None, the default, gives the runner a pool of its own."""
         _library.load_library()
+        _check_callable(module)
         _check_reserved(module)
         if cpu_inputs not in CPU_INPUT_CHOICES:
             raise ValueError(
@@ -356,9 +378,13 @@ class GraphedForward:
         if group is not None:
             _groups.track(self._id, self)
         self._finalizer = weakref.finalize(self, torch.ops.graphed.destroy, self._id)
-        self._warn_if_unavailable()
+        graphless = self._warn_if_unavailable()
         self._baked: BakedState | None = None
         self._watch_module()
+        # No graph will run on a device the backend cannot serve, so the core's device check (made
+        # on the way to a graph) never would: the eager run makes it (_run_module), so that code
+        # refused on the device is refused without it too.
+        self._checks_devices = graphless and self.device.type != "cpu"
         if self._verify is not None:
             # The verifying call is a subclass's __call__, so that the plain one reads no flag.
             self.__class__ = _VerifyingGraphedForward
@@ -502,6 +528,8 @@ class GraphedForward:
             # forward is judged against the module as they left it.
             self._record_baked()
         try:
+            if self._checks_devices and phase == _PHASE_EAGER:
+                self._refuse_off_device(kwargs, inputs)
             with (
                 self._context_for_forward(),
                 _phases.forward_in_phase(phase, self, self._state, self._name_side_effects),
@@ -517,13 +545,46 @@ class GraphedForward:
             # capture failure, and the eager run after it runs this forward again, so that its
             # collectives pair with the peers').
             state.record_error(raised, _is_callers_error(raised))
-            _log.debug("graphed: the forward of %s raised", self.name, exc_info=True)
+            _log.debug("the forward of %s raised", self.name, exc_info=True)
             raise
         state.record_template(template)
         _verify.check_template_of_key(self, phase, template)
         if settles_state:
             self._settle_after_forward()
         return tensors
+
+    def _refuse_off_device(self, kwargs: dict, tensors: list[torch.Tensor]) -> None:
+        """A runner without graphs (a device="cuda" runner on a machine without a GPU): the
+        ValueError the core raises on a device for an input on another device, by its kwarg path,
+        so that code refused there is refused here too."""
+        if any(self._off_device(tensor) is not None for tensor in tensors):
+            refuse_tensors(kwargs, self._off_device)
+
+    def _off_device(self, tensor: torch.Tensor) -> str | None:
+        """What the core's device check and its wording (graphed::word_input_error) say of
+        `tensor`, or None when it is on the runner's device. Without an index the runner's device
+        matches every index of its type, as the core's check does for a device it could not
+        resolve."""
+        device, runner = tensor.device, self.device
+        if device.type == "cpu" and self._inputs_to_device:
+            return None
+        if device.type == runner.type and (
+            runner.index is None or device.index is None or device.index == runner.index
+        ):
+            return None
+        option = (
+            ", or let GraphedForward(..., cpu_inputs='to_device') copy CPU inputs there for a "
+            "forward that moves them itself"
+            if device.type == "cpu"
+            else ""
+        )
+        return (
+            f"is on {device}; the runner is on {runner}: move the tensor there before the call "
+            f"(tensor.to('{runner}')){option}. Graphs are unavailable here, so calls run eager, "
+            f"but inputs are checked as a runner on {runner} checks them; to run on this "
+            f"machine's {device} instead, make the runner for it (GraphedForward(..., "
+            f"device='{device}'))"
+        )
 
     def _eager(self, kwargs: dict) -> Any:
         with torch.no_grad(), self._context_if_outer_capture():
@@ -551,7 +612,7 @@ class GraphedForward:
             return
         self._side_effects_named = True
         _log.warning(
-            "graphed: runner '%s': the forward changed %s while graphed warmed it up for a "
+            "runner '%s': the forward changed %s while graphed warmed it up for a "
             "capture, which graphed cannot put back (a parameter written in place, or a Python "
             "attribute rebound); replays run no Python, so such state stays as the capture left "
             "it while eager would change it at every call. Keep per-call state in buffers or "
@@ -581,8 +642,8 @@ class GraphedForward:
                 "pipe.to(device) instead of enable_model_cpu_offload or "
                 "enable_sequential_cpu_offload), and wrap it after removing the hooks"
             )
+            # Said once: the disable's own report (graphed._observe) names the reason.
             self.disable(reason)
-            _log.warning("graphed: runner '%s': %s", self.name, reason)
             return
         self._record_baked()
         if state.watch_fired():
@@ -604,7 +665,7 @@ class GraphedForward:
         if changed:
             self.reset()
             _log.info(
-                "graphed: runner '%s': %s changed since the graphs were captured; they are "
+                "runner '%s': %s changed since the graphs were captured; they are "
                 "dropped and captured again",
                 self.name,
                 ", ".join(changed),
@@ -673,12 +734,17 @@ class GraphedForward:
         # can name them (CallState.held) for graphed._phases to put back after each warm-up.
         return held_tensors, (*others, *held_tensors)
 
-    def _warn_if_unavailable(self) -> None:
+    def _warn_if_unavailable(self) -> bool:
+        """Whether graphs are unavailable to this runner (no backend, or a device the backend
+        cannot serve); the first such runner of the process logs why."""
         global _warned_unavailable
         reason = self.disabled_reason
-        if reason.startswith("graphs unavailable") and not _warned_unavailable:
+        if not reason.startswith("graphs unavailable"):
+            return False
+        if not _warned_unavailable:
             _warned_unavailable = True
-            _log.warning("graphed: calls run eager: %s", reason)
+            _log.warning("calls run eager: %s", reason)
+        return True
 
     # -- introspection and control -------------------------------------------------------
 
@@ -893,6 +959,6 @@ class _VerifyingGraphedForward(GraphedForward):
         if difference is None:
             return result
         reason = f"verify: call {served} of a graph differed from eager {difference}"
+        # Said once: the disable's own report (graphed._observe) names the reason.
         self.disable(reason)
-        _log.warning("graphed: runner '%s': %s; calls run eager from now on", self.name, reason)
         return expected

@@ -1,12 +1,17 @@
-"""What a runner says about itself, through `logging` (logger "graphed") and, once per runner,
-`warnings`: the native core tells an observer operator of each capture (its time and the device
-memory the graph took), each eviction, churn and the disable; this module registers that
-operator for a GraphedForward and turns the events into log records.
+"""What a runner says about itself, through `logging` (logger "graphed"): the native core tells
+an observer operator of each capture (its time and the device memory the graph took), each
+eviction, churn and the disable; this module registers that operator for a GraphedForward and
+turns the events into log records.
 
 - INFO per capture: runner, key summary (dtypes and shapes), seconds, device memory.
 - DEBUG per eviction.
 - WARNING once when captures keep evicting (churn), naming the keys that came and went.
-- WARNING for a disable or a runner warning, and the same sentence once through `warnings`.
+- WARNING for a disable (once: a runner is disabled once) or a runner warning.
+
+Messages carry no "graphed: " of their own: the logger's name says where a record comes from,
+and a format with %(name)s would print it twice. Where the program configured no handler,
+logging's last resort prints the bare message, so the "graphed" logger has a handler of its own
+that stands in for it with the name in front (and does nothing once any handler is configured).
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ import collections
 import itertools
 import logging
 import re
+import sys
 import threading
-import warnings
 import weakref
 
 import torch
@@ -31,7 +36,7 @@ _SCHEMA = (
 )
 _RECENT_KEYS = 6
 # The core's messages carry their own "graphed: " for hosts that print them as they are (its
-# TORCH_WARN path); a record here already starts with it, so it is dropped from the message,
+# TORCH_WARN path); a record's logger name says it already, so it is dropped from the message,
 # also where the core nests one message in another ("capture failed: graphed: ...").
 _NESTED_PREFIX = re.compile(r"(^|: )graphed: ")
 
@@ -50,13 +55,45 @@ def _growth(count: int) -> str:
     return "unknown" if count == -1 else f"{count / 2**20:+.1f} MiB"
 
 
+class _NamedLastResort(logging.Handler):
+    """logging's last resort for logger "graphed", with the logger's name in front: where no
+    handler is configured on the way up from "graphed" (no basicConfig, no handler of the
+    program's), a record of the last resort's level or above goes to stderr as "graphed: ...";
+    anywhere a handler is configured (or `logging.lastResort` is None) this prints nothing and
+    the program's handlers alone show the record."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        last_resort = logging.lastResort
+        if last_resort is None or record.levelno < last_resort.level or _configured(record.name):
+            return
+        try:
+            sys.stderr.write(f"{record.name}: {self.format(record)}\n")
+        except Exception:  # noqa: BLE001 - as logging's own handlers do
+            self.handleError(record)
+
+
+def _configured(name: str) -> bool:
+    """Whether a handler other than graphed's stand-in sees records of logger `name`."""
+    logger: logging.Logger | None = logging.getLogger(name)
+    while logger is not None:
+        if any(type(handler) is not _NamedLastResort for handler in logger.handlers):
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False
+
+
+if not any(type(handler) is _NamedLastResort for handler in _log.handlers):
+    _log.addHandler(_NamedLastResort())
+
+
 class RunnerLog:
-    """The log of one runner: what it captured lately, and whether it has warned yet."""
+    """The log of one runner: what it captured lately."""
 
     def __init__(self, name: str) -> None:
         self.name = f"runner '{name}'"
         self.recent: collections.deque[str] = collections.deque(maxlen=_RECENT_KEYS)
-        self.warned = False
 
     def event(
         self,
@@ -73,7 +110,7 @@ class RunnerLog:
         if kind == "captured":
             self.recent.append(shapes)
             _log.info(
-                "graphed: %s captured [%s] in %.3f s; device memory reserved %s, in use %s "
+                "%s captured [%s] in %.3f s; device memory reserved %s, in use %s "
                 "(static buffers %s)",
                 self.name,
                 shapes,
@@ -83,15 +120,18 @@ class RunnerLog:
                 _mib(static_bytes),
             )
         elif kind == "evicted":
-            _log.debug("graphed: %s evicted [%s] (%s)", self.name, shapes, _mib(static_bytes))
+            _log.debug("%s evicted [%s] (%s)", self.name, shapes, _mib(static_bytes))
         elif kind == "churn":
             keys = "; ".join(f"[{key}]" for key in self.recent)
-            _log.warning("graphed: %s churns: %s; recent keys: %s", self.name, message, keys)
+            _log.warning("%s churns: %s; recent keys: %s", self.name, message, keys)
         else:  # "disabled" or "warning"
-            _log.warning("graphed: %s: %s", self.name, message)
-            if not self.warned:
-                self.warned = True
-                warnings.warn(f"graphed: {self.name}: {message}", RuntimeWarning, stacklevel=4)
+            # One channel, the logger: it is where every other event of a runner goes (and the
+            # first runner's "graphs unavailable"), so a program routes, filters or silences
+            # graphed in one place, and each record names its runner. A RuntimeWarning beside it
+            # printed the same sentence a second time on the same stderr (an offload hook's
+            # reason was read three times with the log record GraphedForward added), and
+            # warnings' default filter shows a warning once per code location, not per runner.
+            _log.warning("%s: %s", self.name, message)
 
 
 def define_observer(log: RunnerLog) -> str:

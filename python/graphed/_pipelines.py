@@ -57,6 +57,43 @@ def _device_of(module: torch.nn.Module) -> torch.device:
     raise ValueError("graphed: the component has neither parameters nor buffers; pass device=")
 
 
+def _module_components(pipe: Any) -> list[str]:
+    """The names of `pipe`'s nn.Module components: a diffusers pipeline's registered
+    `components`, else the object's own attributes."""
+    components = getattr(pipe, "components", None)
+    if not isinstance(components, dict):
+        components = getattr(pipe, "__dict__", {})
+    return [
+        name
+        for name, value in components.items()
+        if isinstance(value, torch.nn.Module) and not name.startswith("_")
+    ]
+
+
+def _not_a_module(pipe: Any, name: str, module: Any) -> TypeError:
+    """The refusal of component `name`: what it is on this pipeline, and what could be graphed."""
+    pipeline = type(pipe).__name__
+    if module is None:
+        what = (
+            f"the pipeline has no {name!r} component ({pipeline}.{name} is None)"
+            if hasattr(pipe, name)
+            else f"the pipeline has no {name!r} component ({pipeline} has no attribute {name!r})"
+        )
+    else:
+        what = f"the pipeline's {name!r} is {type(module).__name__}, not an nn.Module"
+    candidates = [candidate for candidate in _module_components(pipe) if candidate != name]
+    if candidates:
+        listed = ", ".join(map(repr, candidates))
+        usual = next((c for c in ("transformer", "unet") if c in candidates), candidates[0])
+        where = (
+            f"its nn.Module components, which graph_pipeline can graph, are {listed} "
+            f"(graph_pipeline(pipe, components=({usual!r},)))"
+        )
+    else:
+        where = "it has no nn.Module component graph_pipeline could graph"
+    return TypeError(f"graphed: {what}; {where}")
+
+
 def graph_pipeline(
     pipe: Any, components: Iterable[str] = ("transformer",), **options: Any
 ) -> dict[str, GraphedForward]:
@@ -71,10 +108,7 @@ def graph_pipeline(
     for name in names:
         module = getattr(pipe, name, None)
         if not isinstance(module, torch.nn.Module):
-            raise TypeError(
-                f"graphed: the pipeline's {name!r} is {type(module).__name__}, not an nn.Module; "
-                "graph_pipeline graphs nn.Module components"
-            )
+            raise _not_a_module(pipe, name, module)
         if isinstance(module.__dict__.get("_compiled_call_impl"), _GraphedCall):
             raise ValueError(f"graphed: the pipeline's {name!r} is graphed already")
         modules[name] = module

@@ -24,6 +24,7 @@ import dataclasses
 import enum
 import hashlib
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -289,13 +290,19 @@ def _pytree_segment(node: Any, value: Any, index: int) -> str:
     return f"[{index}]"
 
 
-def _flatten(value: Any, tensors: list[torch.Tensor], parts: list[str], check: bool = False) -> Any:
-    """Append `value`'s tensors and key tokens; return its spec node. `check`: refuse the tensors
-    the core cannot take (kwargs, not outputs)."""
+_Check = Callable[[torch.Tensor], None] | None
+
+
+def _flatten(
+    value: Any, tensors: list[torch.Tensor], parts: list[str], check: _Check = None
+) -> Any:
+    """Append `value`'s tensors and key tokens; return its spec node. `check`, when given, is
+    called with each tensor and raises _BadTensor to refuse it (kwargs: the tensors the core
+    cannot take; outputs: none)."""
     cls = type(value)
     if cls is torch.Tensor or isinstance(value, torch.Tensor):
-        if check:
-            _check_tensor(value)
+        if check is not None:
+            check(value)
         tensors.append(value)
         parts.append("T")
         return _TENSOR
@@ -350,7 +357,7 @@ def _flatten_items(
     items: Any,
     tensors: list[torch.Tensor],
     parts: list[str],
-    check: bool,
+    check: _Check,
     segment: Any,
     *owner: Any,
 ) -> tuple[Any, ...]:
@@ -372,7 +379,7 @@ def _item_segment(sequence: Any, index: int) -> str:
 
 
 def _walk(
-    value: Any, parts: list[str], root: str, check: bool, why_rejected: str = _WHY_REJECTED
+    value: Any, parts: list[str], root: str, check: _Check, why_rejected: str = _WHY_REJECTED
 ) -> tuple[list[torch.Tensor], Any]:
     """(tensors, spec node) of `value`; refusals become TypeError/ValueError naming the path from
     `root` ("kwargs", "the forward's output"), an object holding a tensor with `why_rejected`."""
@@ -388,7 +395,7 @@ def _walk(
 
 
 def _walk_kwargs(
-    kwargs: dict, variant: Any, check: bool = False
+    kwargs: dict, variant: Any, check: _Check = None
 ) -> tuple[list[torch.Tensor], str, tuple]:
     if type(kwargs) is not dict:
         raise TypeError(f"kwargs must be a dict, got {_type_name(type(kwargs))}")
@@ -406,8 +413,23 @@ def flatten_kwargs(kwargs: dict, variant: Any = None) -> tuple[list[torch.Tensor
     The key encodes containers, dict keys, lengths, every non-tensor value with its type, and
     `variant`; tensors appear only as placeholders (their dtype and shape are not in it).
     """
-    tensors, key, root = _walk_kwargs(kwargs, variant, check=True)
+    tensors, key, root = _walk_kwargs(kwargs, variant, check=_check_tensor)
     return tensors, key, TreeSpec(root, len(tensors))
+
+
+def refuse_tensors(kwargs: dict, why: Callable[[torch.Tensor], str | None]) -> None:
+    """Walks `kwargs` as flatten_kwargs does (refusing what it refuses) and raises ValueError
+    ("graphed: <path> <why>") for the first tensor `why` gives a sentence for: a refusal the
+    native entries make by the tensor's kwarg path, made where they are not reached (an error
+    path: it walks the kwargs again)."""
+
+    def check(tensor: torch.Tensor) -> None:
+        _check_tensor(tensor)
+        what = why(tensor)
+        if what is not None:
+            raise _BadTensor(what, ValueError)
+
+    _walk_kwargs(kwargs, None, check)
 
 
 def _rebuild(node: Any, tensors: Any) -> Any:
@@ -602,7 +624,7 @@ def flatten_output(result: Any) -> tuple[TreeSpec, list[torch.Tensor]]:
     An object that holds a tensor and is none of the walked containers is a TypeError naming its
     path and what to return instead."""
     tensors, root = _walk(
-        result, [], "the forward's output", check=False, why_rejected=_WHY_OUTPUT_REJECTED
+        result, [], "the forward's output", check=None, why_rejected=_WHY_OUTPUT_REJECTED
     )
     return TreeSpec(root, len(tensors)), tensors
 

@@ -292,6 +292,36 @@ def test_graph_pipeline_refuses_what_is_not_a_module(emulated_backend: str) -> N
         graphed.graph_pipeline(pipe, components=("scheduler",), backend=emulated_backend)
 
 
+@pytest.mark.parametrize(
+    ("kind", "missing", "what", "listed"),
+    [
+        ("dit", "unet", "DiTPipeline has no attribute 'unet'", "'transformer', 'vae'"),
+        (
+            "flux",
+            "image_encoder",
+            "FluxPipeline.image_encoder is None",
+            "'vae', 'text_encoder', 'text_encoder_2', 'transformer'",
+        ),
+    ],
+    ids=["absent", "none"],
+)
+def test_graph_pipeline_names_a_missing_component_and_what_could_be_graphed(
+    emulated_backend: str, kind: str, missing: str, what: str, listed: str
+) -> None:
+    """A component the pipeline lacks (DiT has no unet) or registered as None (Flux's optional
+    image encoder) is refused as missing, not as "'unet' is NoneType", with the components
+    graph_pipeline could take."""
+    pipe, _ = _build(kind)
+    with pytest.raises(TypeError) as refused:
+        graphed.graph_pipeline(pipe, components=(missing,), backend=emulated_backend)
+    message = str(refused.value)
+    assert message.startswith(f"graphed: the pipeline has no {missing!r} component ({what})")
+    assert "NoneType" not in message, message
+    assert f"nn.Module components, which graph_pipeline can graph, are {listed} " in message
+    assert "graph_pipeline(pipe, components=('transformer',))" in message, message
+    assert "_compiled_call_impl" not in pipe.transformer.__dict__  # nothing was graphed
+
+
 @pytest.mark.parametrize("install", ["assigned", "graph_pipeline"])
 def test_progress_bar_and_step_callbacks(
     install: str, emulated_backend: str, capsys: pytest.CaptureFixture

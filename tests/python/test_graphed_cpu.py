@@ -436,6 +436,104 @@ def test_input_on_another_device_is_a_value_error_and_the_runner_stays_usable(em
     assert stats["captures"] == 1
 
 
+# A machine without a GPU: a device="cuda" runner has no graphs, and no tensor can be on cuda.
+# On a GPU the core refuses a CPU tensor (test_patterns_gpu.py); here graphed must too.
+_WITHOUT_A_GPU = pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="shows a machine without a GPU; the GPU's own refusal is test_patterns_gpu.py's",
+)
+
+
+def _rotated(x, *, rotary, pair=None):
+    return x * rotary[0].to(x.device) + rotary[1].to(x.device)
+
+
+@_WITHOUT_A_GPU
+@pytest.mark.parametrize("path", ["fast", "python"])
+@pytest.mark.parametrize("positional", [False, True])
+def test_a_cuda_runner_without_a_gpu_refuses_a_cpu_tensor_as_the_gpu_does(path, positional):
+    gf = GraphedForward(_rotated, device="cuda", name="rotary")
+    assert gf.disabled_reason.startswith("graphs unavailable"), gf.disabled_reason
+    x = torch.randn(4)
+    rotary = (torch.randn(4), torch.randn(4))
+    extra = {"pair": Pair(1, 2)} if path == "python" else {}
+    arguments = ((x,), {}) if positional else ((), {"x": x})
+    with pytest.raises(ValueError) as refused:
+        gf(*arguments[0], **arguments[1], rotary=rotary, **extra)
+    message = str(refused.value)
+    # The GPU's words (graphed::word_input_error), then what to do on this machine.
+    assert message.startswith(
+        "graphed: kwargs['x'] is on cpu; the runner is on cuda: move the tensor there before "
+        "the call (tensor.to('cuda')), or let GraphedForward(..., cpu_inputs='to_device')"
+    ), message
+    assert "Graphs are unavailable here" in message and "device='cpu'" in message, message
+    with pytest.raises(
+        ValueError, match=r"kwargs\['rotary'\]\[0\] is on cpu; the runner is on cuda"
+    ):
+        gf(x=2.0, rotary=rotary, **extra)  # the path of a nested tensor
+    # The refusal leaves the runner as it was (refused inputs never reached the module).
+    assert gf.disabled_reason.startswith("graphs unavailable"), gf.disabled_reason
+
+
+@_WITHOUT_A_GPU
+def test_a_cuda_runner_without_a_gpu_runs_eager_what_it_accepts():
+    x, rotary = torch.randn(4), (torch.randn(4), torch.randn(4))
+    staging = GraphedForward(_rotated, device="cuda", cpu_inputs="to_device")
+    # cpu_inputs="to_device": eager gets the CPU tensors as passed, as a disabled runner on a GPU.
+    torch.testing.assert_close(
+        staging(x, rotary=rotary), _rotated(x, rotary=rotary), rtol=0, atol=0
+    )
+    refusing = GraphedForward(lambda *, x, n: x * n, device="cuda")
+    assert refusing(x=3, n=2) == 6  # no tensor: nothing to refuse, the forward runs
+    chosen = GraphedForward(_rotated, device="cuda", enabled=False)
+    # enabled=False runs every call eager without the device check, as on a GPU.
+    torch.testing.assert_close(chosen(x, rotary=rotary), _rotated(x, rotary=rotary), rtol=0, atol=0)
+    assert (staging.stats()["eager_calls"], chosen.stats()["eager_calls"]) == (1, 1)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_runner_without_graphs_raises_what_the_api_reference_says(device):
+    """docs/api.md's errors of a call, on a runner whose graphs are unavailable: the forward's
+    own exception as it raised it, once (not a RuntimeError wrapping it), and the walker's
+    refusals by kwarg path."""
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("a machine without a GPU")
+    runs = []
+
+    def forward(*, x, fail):
+        runs.append(1)
+        if fail:
+            raise KeyError("from the forward")
+        return x * 2
+
+    gf = GraphedForward(forward, device=device, cpu_inputs="to_device")
+    assert gf.disabled_reason.startswith("graphs unavailable"), gf.disabled_reason
+    with pytest.raises(KeyError, match="^'from the forward'$"):
+        gf(x=torch.ones(2), fail=True)
+    assert len(runs) == 1
+    with pytest.raises(TypeError, match=r"^graphed: kwargs\['x'\] is a meta tensor"):
+        gf(x=torch.empty(2, device="meta"), fail=False)
+    with pytest.raises(ValueError, match=r"^graphed: kwargs\['x'\] has 13 dimensions"):
+        gf(x=torch.zeros([1] * 13), fail=False)
+    torch.testing.assert_close(gf(x=torch.ones(2), fail=False), torch.full((2,), 2.0))
+    assert len(runs) == 2
+
+
+def test_a_runner_without_graphs_keeps_its_type_and_checks_in_its_eager_run(emulated_backend):
+    """The device check of a runner without graphs runs in its eager run (no class swap: the
+    runner stays a plain GraphedForward), and a runner that can graph leaves it to the core."""
+    runners = [
+        GraphedForward(lambda *, x: x, device="cpu", backend=emulated_backend),
+        GraphedForward(lambda *, x: x, device="cpu"),
+        GraphedForward(lambda *, x: x, device="cuda", enabled=False),
+        GraphedForward(lambda *, x: x, device="cuda"),
+    ]
+    assert all(type(runner) is GraphedForward for runner in runners)
+    x = torch.randn(2)
+    for runner in runners[:3]:
+        assert torch.equal(runner(x=x), x)  # CPU runners, and a disabled one: no device check
+
+
 @pytest.mark.parametrize("emulated_backend", ["failing"], indirect=True)
 def test_failed_capture_disables_the_runner_and_returns_the_eager_result(module, emulated_backend):
     gf = GraphedForward(module, device="cpu", backend=emulated_backend)
@@ -456,6 +554,30 @@ def test_non_tensor_outputs_of_eager_calls_are_not_frozen():
     gf = GraphedForward(lambda *, x: (x, float(x.sum())), device="cpu", enabled=False)
     assert gf(x=torch.ones(2))[1] == 2.0
     assert gf(x=torch.full((2,), 5.0))[1] == 10.0
+
+
+class ForwardOnly:
+    """Has a forward method but no __call__: GraphedForward calls module(**kwargs)."""
+
+    def forward(self, *, x):
+        return x
+
+
+@pytest.mark.parametrize(
+    ("module", "named"),
+    [
+        (42, "got int 42, which is not callable"),
+        (None, "got NoneType None, which is not callable"),
+        (ForwardOnly(), "got ForwardOnly <"),
+    ],
+)
+def test_what_is_not_callable_is_refused_at_construction(module, named):
+    with pytest.raises(TypeError) as refused:
+        GraphedForward(module, device="cpu")
+    message = str(refused.value)
+    assert named in message and "a callable run as module(**kwargs)" in message, message
+    if isinstance(module, ForwardOnly):
+        assert "GraphedForward(obj.forward, ...)" in message, message
 
 
 @pytest.mark.parametrize("name", ["variant", "keep_alive", "pin", "static_outputs"])

@@ -59,7 +59,6 @@ def test_the_sync_probe_lets_the_forward_finish_then_fails_naming_the_line(
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter(user_filter)
         warnings.filterwarnings("always", message="an unrelated")
-        warnings.filterwarnings("ignore", category=RuntimeWarning)  # graphed's own disable notice
         if user_filter == "error":
             # The eager run after the disable raises where the user's filter says; the probe
             # before it had run the whole forward all the same.
@@ -120,13 +119,11 @@ def test_probes_overlapping_on_two_threads_count_only_their_own_syncs(emulated_b
         except Exception as error:  # reported below
             errors.append(error)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # graphed's own disable notice
-        threads = [threading.Thread(target=call, args=(name,)) for name in runners]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
+    threads = [threading.Thread(target=call, args=(name,)) for name in runners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
     assert not errors, errors
     for name in runners:
         torch.testing.assert_close(results[name], torch.ones(3))

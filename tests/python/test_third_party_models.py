@@ -12,8 +12,11 @@ tests compare every call's output bitwise with eager."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 import torch
@@ -202,3 +205,35 @@ def test_model_output_is_captured_once_and_replayed_on_the_emulated_backend(case
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_every_replay_matches_eager_bitwise_on_the_gpu(case):
     _run_against_eager(case, "cuda", replays_compute=True)
+
+
+API_REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+SUPPORTED_HEADING = "## Supported diffusers, transformers and accelerate versions"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+@pytest.mark.parametrize("package", ["diffusers", "transformers", "accelerate"])
+def test_the_installed_version_is_one_the_api_reference_supports(package):
+    """The versions these tests run are the ones docs/api.md tells users are supported: a pin
+    or a newer release CI installs that the page does not name fails here."""
+    try:
+        installed = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"{package} is not installed")
+    text = API_REFERENCE.read_text()
+    assert SUPPORTED_HEADING in text, f"docs/api.md has no section {SUPPORTED_HEADING!r}"
+    section = text.split(SUPPORTED_HEADING, 1)[1].split("\n## ", 1)[0]
+    named = re.search(
+        rf"\b{package} (\d+\.\d+\.\d+)(?: (through|and) (\d+\.\d+\.\d+))?",
+        " ".join(section.split()),
+    )
+    assert named, f"docs/api.md names no supported {package} version"
+    first, how, last = named.groups()
+    if how == "through":
+        supported = _release(first) <= _release(installed) <= _release(last)
+    else:
+        supported = _release(installed) in {_release(first), _release(last or first)}
+    assert supported, f"{package} {installed} is not among the versions docs/api.md supports"
