@@ -91,7 +91,35 @@ def _not_a_module(pipe: Any, name: str, module: Any) -> TypeError:
         )
     else:
         where = "it has no nn.Module component graph_pipeline could graph"
-    return TypeError(f"graphed: {what}; {where}")
+    return TypeError(f"graphed: {what}{_library_of(pipe)}; {where}")
+
+
+def _check_call_routing() -> None:
+    """graph_pipeline reaches a component's calls through the slot nn.Module.__call__ consults
+    first (`_compiled_call_impl`): a torch without it would never call the router, and every
+    call would run eager unseen, so it is refused instead, naming torch's version."""
+    if "_compiled_call_impl" not in vars(torch.nn.Module) or not hasattr(
+        torch.nn.Module, "_wrapped_call_impl"
+    ):
+        raise RuntimeError(
+            f"graphed: graph_pipeline routes a component's calls through "
+            f"torch.nn.Module._compiled_call_impl, which torch {torch.__version__} does not "
+            "have; wrap the component's calls yourself (GraphedForward(pipe.transformer, ...)) "
+            "or use a torch graphed supports"
+        )
+
+
+def _library_of(pipe: Any) -> str:
+    """ " (diffusers X.Y.Z)" for a pipeline of diffusers, so that a refusal names the release whose
+    components it read; "" for any other object."""
+    if not type(pipe).__module__.startswith("diffusers"):
+        return ""
+    try:
+        from importlib import metadata
+
+        return f" (diffusers {metadata.version('diffusers')})"
+    except Exception:  # noqa: BLE001 - the version is a courtesy in an error message
+        return ""
 
 
 def graph_pipeline(
@@ -103,6 +131,7 @@ def graph_pipeline(
     `.config`, `.dtype`, `.device`, `pipe.to(...)` and save_pretrained see the model as before.
     Returns the GraphedForward of each component by name (their stats(), entries(), reset()).
     A component graphed already is refused; `ungraph_pipeline` undoes this."""
+    _check_call_routing()
     names = (components,) if isinstance(components, str) else tuple(components)
     modules: dict[str, torch.nn.Module] = {}
     for name in names:

@@ -18,6 +18,7 @@ forward is the step), and its counters show that one graph serves every later st
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -316,10 +317,24 @@ def test_graph_pipeline_names_a_missing_component_and_what_could_be_graphed(
         graphed.graph_pipeline(pipe, components=(missing,), backend=emulated_backend)
     message = str(refused.value)
     assert message.startswith(f"graphed: the pipeline has no {missing!r} component ({what})")
+    assert f"(diffusers {diffusers.__version__})" in message, message
     assert "NoneType" not in message, message
     assert f"nn.Module components, which graph_pipeline can graph, are {listed} " in message
     assert "graph_pipeline(pipe, components=('transformer',))" in message, message
     assert "_compiled_call_impl" not in pipe.transformer.__dict__  # nothing was graphed
+
+
+def test_graph_pipeline_refuses_a_torch_that_would_not_route_calls_to_it(
+    emulated_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """graph_pipeline reaches a component's calls through nn.Module's _compiled_call_impl slot: a
+    torch without it would run every call eager unseen, so graph_pipeline refuses, naming torch's
+    version, before it changes anything."""
+    pipe, _ = _build("dit")
+    monkeypatch.delattr(torch.nn.Module, "_compiled_call_impl")
+    with pytest.raises(RuntimeError, match=f"torch {re.escape(torch.__version__)} does not have"):
+        graphed.graph_pipeline(pipe, backend=emulated_backend)
+    assert "_compiled_call_impl" not in pipe.transformer.__dict__
 
 
 @pytest.mark.parametrize("install", ["assigned", "graph_pipeline"])
