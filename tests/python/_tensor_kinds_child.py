@@ -1,7 +1,11 @@
-"""Why this exists: the child process of test_inputs.py's tensor-kind matrix. It feeds one kind
-of tensor through every entry point of graphed and prints one JSON line per entry point, so that
-a process abort (a C++ exception crossing extern "C") shows as a failed case in the parent
-instead of killing the test session. Usage: python _tensor_kinds_child.py KIND"""
+"""Why this exists: the child process of test_inputs.py's tensor-kind matrix. It feeds each kind
+of tensor it is given through every entry point of graphed, one kind after another in this one
+process (a torch import per kind cost more than the kinds themselves), and prints JSON lines as
+it goes: one when it starts a kind, one per entry point as it finishes it, and one when the kind is
+done. A process abort (a C++ exception crossing extern "C") then shows in the parent as a failed
+case naming its kind, the one started and not done, instead of killing the test session; the
+parent runs the kinds after it in a new child. Usage: python _tensor_kinds_child.py KIND [KIND ...]
+"""
 
 from __future__ import annotations
 
@@ -52,21 +56,25 @@ def make(kind: str) -> torch.Tensor:
     return base  # "vmap", "grad" and "plain" start from a plain tensor
 
 
-def _doubling_runner() -> int:
-    """A runner whose forward is an operator of its own (as a C++ caller registers one), for
-    calls through torch.ops.graphed.forward."""
+def _register_doubling_operator() -> torch.library.Library:
+    """The forward operator of the operator entry's runners (as a C++ caller registers one), for
+    calls through torch.ops.graphed.forward; registered once per process, kept by the caller."""
     library = torch.library.Library("graphed_kinds_test", "DEF")
     library.define("double(Tensor[] inputs) -> Tensor[]")
     library.impl("double", lambda inputs: [inputs[0] * 2], "CompositeExplicitAutograd")
-    main.library = library  # keeps the registration for the process
-    return torch.ops.graphed.create(
+    return library
+
+
+def _emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def run_kind(kind: str) -> None:
+    """Every entry point with one kind, each on runners of its own (a fresh operator runner too,
+    destroyed after the kind), so that no kind sees another's graphs."""
+    op_runner = torch.ops.graphed.create(
         "kinds", "graphed_kinds_test::double", torch.device("cpu"), 4, 1, True, backend=EMULATED
     )
-
-
-def main(kind: str) -> None:
-    load_emulated()
-    op_runner = _doubling_runner()
     plain = torch.ones(2, 3)
     tensor = make(kind)
     # With the emulated backend a replay returns what the capture wrote, except that an identity
@@ -103,7 +111,7 @@ def main(kind: str) -> None:
         yield "op", op
 
     for name, call in entries():
-        record = {"entry": name}
+        record = {"kind": kind, "entry": name}
         try:
             if kind == "vmap":
                 out = torch.vmap(call)(torch.ones(3, 2))
@@ -126,9 +134,22 @@ def main(kind: str) -> None:
         except Exception as error:  # noqa: BLE001 - the parent judges every outcome
             record["result"] = type(error).__name__
             record["message"] = str(error).splitlines()[0] if str(error) else ""
-        print(json.dumps(record), flush=True)
+        _emit(record)
+    torch.ops.graphed.destroy(op_runner)
+
+
+def main(kinds: list[str]) -> None:
+    if not kinds:
+        raise SystemExit("usage: python _tensor_kinds_child.py KIND [KIND ...]")
+    load_emulated()
+    library = _register_doubling_operator()
+    for kind in kinds:
+        _emit({"kind": kind, "event": "start"})
+        run_kind(kind)
+        _emit({"kind": kind, "event": "done"})
+    del library  # the registration lives until here, past every kind
     assert graphed is not None
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -10,6 +10,16 @@ MODE`; ranks forked from one process never showed the abort): it joins a gloo gr
 GraphedForward twice (one capture, agreed across the ranks, and replays), meets the other rank at
 a barrier, then either destroys the group and exits or just exits, holding the GraphedForward at
 top level until the interpreter's own exit. A few runs go at once, to keep the test short.
+
+How many runs: 40 that destroy the group and 20 that just exit, by default (every ordinary run and
+CI). Sixty runs catch a one-in-ten abort with probability 1 - 0.9**60, about 99.8%, and each run
+costs two interpreters that import torch. The full soak, 200 + 50 runs, is for when time is cheap
+or the exit order's code changed (shim/gf_shim_group.*, shim/gf_shim_registry.cpp,
+python/graphed/_groups.py):
+
+    GRAPHED_EXIT_RUNS=200,50 python -m pytest tests/python/test_group_exit.py
+
+GRAPHED_EXIT_RUNS is "DESTROY_RUNS,EXIT_RUNS", two positive whole numbers.
 """
 
 from __future__ import annotations
@@ -24,13 +34,15 @@ from pathlib import Path
 
 import pytest
 
-# Two hundred two-rank runs: the sanitized suite (scripts/sanitize.sh) leaves them out; what they
+# Sixty two-rank runs or more: the sanitized suite (scripts/sanitize.sh) leaves them out; what they
 # test is the exit order, which the plain suite proves.
 pytestmark = pytest.mark.many_processes
 
 HERE = Path(__file__).resolve()
 ROUND_TIMEOUT_S = 60
-RUNS = 200
+RUNS_VARIABLE = "GRAPHED_EXIT_RUNS"
+# (runs that destroy the group, runs that just exit) when RUNS_VARIABLE is unset or empty.
+DEFAULT_RUNS = (40, 20)
 PARALLEL_RUNS = 2
 # What a rank's script holds at top level until the interpreter exits: its GraphedForward (one
 # deleted before the exit never showed the abort).
@@ -74,6 +86,27 @@ def _rank(rank: int, store: str, mode: str) -> None:
                 raise SystemExit(f"rank {rank}: the eager call after the group's end differs")
 
 
+def run_counts(value: str | None) -> tuple[int, int]:
+    """(destroy runs, exit runs) from RUNS_VARIABLE's value, "DESTROY_RUNS,EXIT_RUNS"; the default
+    when it is unset or empty. Anything else is a ValueError naming the variable."""
+    if value is None or not value.strip():
+        return DEFAULT_RUNS
+    parts = [part.strip() for part in value.split(",")]
+    if len(parts) == 2 and all(
+        part.isascii() and part.isdigit() and int(part) > 0 for part in parts
+    ):
+        return int(parts[0]), int(parts[1])
+    raise ValueError(
+        f"{RUNS_VARIABLE} must be two positive whole numbers 'DESTROY_RUNS,EXIT_RUNS' (for example "
+        f"'{DEFAULT_RUNS[0]},{DEFAULT_RUNS[1]}', or '200,50' for the full soak), got {value!r}"
+    )
+
+
+def _runs(mode: str) -> int:
+    destroy, exit_only = run_counts(os.environ.get(RUNS_VARIABLE))
+    return destroy if mode == "destroy" else exit_only
+
+
 def _run_pairs(runs: int, mode: str) -> list[dict]:
     """Runs `runs` two-rank runs, PARALLEL_RUNS at a time; returns each failed rank's exit code
     and the tail of its output."""
@@ -113,7 +146,8 @@ def _run_batch(runs: range, mode: str, stores: str, env: dict) -> list[dict]:
     return failures
 
 
-def _check_clean_exits(mode: str, runs: int) -> None:
+def _check_clean_exits(mode: str) -> None:
+    runs = _runs(mode)
     failures = _run_pairs(runs, mode)
     aborted = [f for f in failures if f["code"] == -signal.SIGABRT]
     assert not failures, (
@@ -122,11 +156,21 @@ def _check_clean_exits(mode: str, runs: int) -> None:
 
 
 def test_ranks_that_destroy_their_group_exit_cleanly_every_time():
-    _check_clean_exits("destroy", RUNS)
+    _check_clean_exits("destroy")
 
 
 def test_ranks_that_exit_without_destroying_their_group_exit_cleanly():
-    _check_clean_exits("exit", RUNS // 4)
+    _check_clean_exits("exit")
+
+
+def test_the_run_counts_come_from_the_variable_and_a_bad_value_names_it():
+    assert run_counts(None) == run_counts("") == DEFAULT_RUNS == (40, 20)
+    assert run_counts("200,50") == (200, 50)
+    assert run_counts(" 3 , 1 ") == (3, 1)
+    for bad in ("200", "200,50,1", "0,5", "-1,5", "a,b", "2.5,1", "200;50", "²,1"):
+        with pytest.raises(ValueError, match=f"^{RUNS_VARIABLE} must be two positive") as caught:
+            run_counts(bad)
+        assert repr(bad) in str(caught.value)
 
 
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "rank":

@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+# No native code of its own: it reads source files with `ast`; the sanitized run
+# (scripts/sanitize.sh) leaves it out.
+pytestmark = pytest.mark.pure_python
+
 ROOT = Path(__file__).resolve().parents[2]
 # Each folder, and whether its modules are named by their dotted path below it (a package tree)
 # or by their file name (a folder put on sys.path).

@@ -1,15 +1,14 @@
 """What graphed accepts as an input and how long it holds it: every tensor kind torch has through
-every entry point (in child processes, _tensor_kinds_child.py, so that an abort is a failed case
-instead of a lost session), the refusals of kinds and dimensions graphed cannot take, naming the
-kwarg's path; inputs live for the whole call even when the forward or another thread drops the
-caller's only reference; and what graphed holds (output templates, keep_alive objects) stays
-bounded however many keys it sees."""
+every entry point (in a child process, _tensor_kinds_child.py, that runs the kinds one after
+another, so that an abort is a failed case naming its kind instead of a lost session), the
+refusals of kinds and dimensions graphed cannot take, naming the kwarg's path; inputs live for the
+whole call even when the forward or another thread drops the caller's only reference; and what
+graphed holds (output templates, keep_alive objects) stays bounded however many keys it sees."""
 
 from __future__ import annotations
 
 import gc
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _backend_choice import plugin_missing_reason
 from graphed import GraphedForward
 from torch import nn
 
@@ -52,30 +52,95 @@ KINDS = {
 }
 
 
-def _run_child(kind: str) -> tuple[int, dict[str, dict]]:
-    # The child imports the same graphed as this process (installed, or on PYTHONPATH).
-    env = dict(os.environ)
-    done = subprocess.run(
-        [sys.executable, str(CHILD), kind],
-        capture_output=True,
+CHILD_TIMEOUT_S = 240
+
+
+def _run_child(kinds: list[str]) -> tuple[str, list[dict], str]:
+    """Runs the kinds in one child, in order: how it ended ("" for exit 0), its JSON lines, and
+    the tail of its stderr."""
+    # The child inherits the environment, so it imports the same graphed as this process
+    # (installed, or on PYTHONPATH).
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), *kinds],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=240,
-        env=env,
     )
-    records = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
+    try:
+        stdout, stderr = child.communicate(timeout=CHILD_TIMEOUT_S)
+        ended = f"exit {child.returncode}" if child.returncode else ""
+    except subprocess.TimeoutExpired:
+        child.kill()
+        stdout, stderr = child.communicate()
+        ended = f"hung past {CHILD_TIMEOUT_S} s and was killed"
+    lines = []
+    for line in stdout.splitlines():
+        try:
             record = json.loads(line)
-            records[record["entry"]] = record
-    return done.returncode, records, done.stderr[-2000:]
+        except ValueError:  # not one of its lines, or one cut short by the process's death
+            continue
+        if isinstance(record, dict) and "kind" in record:
+            lines.append(record)
+    return ended, lines, stderr[-2000:]
+
+
+def run_kinds(kinds: list[str]) -> dict[str, dict]:
+    """Every kind's outcome: its records by entry point and how its child died ("" when it did
+    not). The kinds run in one child; when it dies, the kind it had started and not finished is
+    charged with the death, and a new child runs the kinds after it. A child that dies with no
+    kind in progress (at import, or at exit after its last kind) is charged to every kind it ran."""
+    outcomes = {kind: {"records": {}, "died": ""} for kind in kinds}
+    pending = list(kinds)
+    while pending:
+        ended, lines, stderr = _run_child(pending)
+        started, done = [], []
+        for line in lines:
+            event = line.get("event")
+            if event == "start":
+                started.append(line["kind"])
+            elif event == "done":
+                done.append(line["kind"])
+            else:
+                outcomes[line["kind"]]["records"][line["entry"]] = line
+        if not ended and done == pending:
+            return outcomes
+        ended = ended or "exit 0 before its last kind"
+        if started and started[-1] not in done:
+            culprit = started[-1]
+            outcomes[culprit]["died"] = (
+                f"the child died during this kind ({ended}), after the kinds {started[:-1]} "
+                f"in the same process; alone: python {CHILD.name} {culprit}\n{stderr}"
+            )
+            pending = pending[pending.index(culprit) + 1 :]
+            continue
+        for kind in pending:
+            outcomes[kind]["died"] = (
+                f"the child that ran {pending} died with no kind in progress ({ended})\n{stderr}"
+            )
+        return outcomes
+    return outcomes
+
+
+def _kinds_here() -> list[str]:
+    return [k for k in sorted(KINDS) if k != "mkldnn" or torch.backends.mkldnn.is_available()]
+
+
+@pytest.fixture(scope="module")
+def kind_outcomes() -> dict[str, dict]:
+    """One child run for every kind of the matrix, shared by its test ids."""
+    reason = plugin_missing_reason()
+    if reason is not None:
+        pytest.fail(reason)
+    return run_kinds(_kinds_here())
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_every_tensor_kind_through_every_entry_point_never_aborts(kind, backend_choice):
+def test_every_tensor_kind_through_every_entry_point_never_aborts(kind, kind_outcomes):
     if kind == "mkldnn" and not torch.backends.mkldnn.is_available():
         pytest.skip("this torch has no mkldnn")
-    returncode, records, stderr = _run_child(kind)
-    assert returncode == 0, f"the child died (exit {returncode}): {records}\n{stderr}"
+    outcome = kind_outcomes[kind]
+    records = outcome["records"]
+    assert not outcome["died"], f"{outcome['died']}\nrecords so far: {records}"
     expected = KINDS[kind]
     got = {name: record["result"] for name, record in records.items()}
     assert got == expected, records
@@ -85,6 +150,34 @@ def test_every_tensor_kind_through_every_entry_point_never_aborts(kind, backend_
             where = "keep_alive[0]" if name.startswith("keep_alive") else where
             if not (kind == "meta" and name == "op"):
                 assert where in record["message"], record
+
+
+def test_a_child_that_dies_fails_the_kind_in_progress_and_a_new_child_runs_the_rest(monkeypatch):
+    children = []
+
+    def fake_child(kinds):
+        """Prints what the child would, aborting in kind "b" and failing at exit after kind "e"."""
+        children.append(list(kinds))
+        lines = []
+        for kind in kinds:
+            lines.append({"kind": kind, "event": "start"})
+            if kind == "b":
+                return "exit -6", lines, "terminate called"
+            lines.append({"kind": kind, "entry": "fast", "result": "ok"})
+            lines.append({"kind": kind, "event": "done"})
+        return ("exit 1" if "e" in kinds else ""), lines, "at exit"
+
+    monkeypatch.setattr(sys.modules[__name__], "_run_child", fake_child)
+    outcomes = run_kinds(["a", "b", "c"])
+    assert children == [["a", "b", "c"], ["c"]]
+    for kind in ("a", "c"):
+        ran = {"fast": {"kind": kind, "entry": "fast", "result": "ok"}}
+        assert outcomes[kind] == {"records": ran, "died": ""}
+    assert outcomes["b"]["records"] == {}
+    assert "died during this kind (exit -6)" in outcomes["b"]["died"]
+    assert "terminate called" in outcomes["b"]["died"]
+    exited = run_kinds(["d", "e"])
+    assert all("no kind in progress (exit 1)" in exited[kind]["died"] for kind in ("d", "e"))
 
 
 # -- inputs live for the whole call, and the forward's kwargs are a snapshot -------------------

@@ -9,6 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# No native code of its own: it runs a Python script on JUnit files; the sanitized run
+# (scripts/sanitize.sh) leaves it out.
+pytestmark = pytest.mark.pure_python
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "junit_counts.py"
 
 

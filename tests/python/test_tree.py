@@ -14,6 +14,10 @@ from typing import NamedTuple
 import pytest
 import torch
 
+# No native code of its own: graphed/_tree.py loaded from its file, with torch's own tensors;
+# the sanitized run (scripts/sanitize.sh) leaves it out.
+pytestmark = pytest.mark.pure_python
+
 _TREE_PATH = pathlib.Path(__file__).resolve().parents[2] / "python" / "graphed" / "_tree.py"
 _spec = importlib.util.spec_from_file_location("graphed_tree_under_test", _TREE_PATH)
 tree = importlib.util.module_from_spec(_spec)
