@@ -1,8 +1,15 @@
-# Helps a CUDA build of torch find its CUDA pieces: the toolkit root from the nvcc on the PATH,
-# and libnvrtc from the CUDA wheels that pip installed beside torch when the toolkit lacks it.
+# Helps a CUDA build of torch find its CUDA pieces: the toolkit root (CUDA_HOME, the nvcc on the
+# PATH, /usr/local/cuda, or the nvcc wheels from PyPI beside torch), the shape torch's CMake config
+# expects of the PyPI wheels' toolkit, and libnvrtc from the CUDA wheels that pip installed beside
+# torch when the toolkit lacks it.
+# Input: GRAPHED_TORCH_CUDA (torch.version.cuda), GRAPHED_TORCH_PREFIX (torch's share/cmake).
 if(NOT CUDA_TOOLKIT_ROOT_DIR)
-  # The first candidate that holds the runtime's headers: CUDA_HOME, CUDA_PATH, the folder above
-  # the nvcc on the PATH (nvcc may be a wrapper elsewhere), then the conventional location.
+  # The candidates, in order: CUDA_HOME, CUDA_PATH, the folder above the nvcc on the PATH (nvcc may
+  # be a wrapper elsewhere), the conventional location, then the toolkit that the PyPI wheels
+  # (nvidia-cuda-nvcc and its companions; scripts/setup.sh installs them where no other nvcc fits)
+  # unpack beside torch, site-packages/nvidia/cu<major>. The first whose nvcc is of torch's CUDA
+  # major version wins; where none is, the first that holds the runtime's headers (the build then
+  # warns of the mismatch).
   set(_graphed_cuda_candidates $ENV{CUDA_HOME} $ENV{CUDA_PATH})
   find_program(GRAPHED_NVCC nvcc)
   if(GRAPHED_NVCC)
@@ -12,15 +19,59 @@ if(NOT CUDA_TOOLKIT_ROOT_DIR)
     list(APPEND _graphed_cuda_candidates "${_graphed_root}")
   endif()
   list(APPEND _graphed_cuda_candidates /usr/local/cuda)
+  string(REGEX MATCH "^[0-9]+" _graphed_want_major "${GRAPHED_TORCH_CUDA}")
+  set(_graphed_pypi_root "")
+  if(_graphed_want_major)
+    get_filename_component(_graphed_pypi_root
+      "${GRAPHED_TORCH_PREFIX}/../../../nvidia/cu${_graphed_want_major}" ABSOLUTE)
+    # torch's own wheels put the runtime's headers there too: only with nvcc is it a toolkit.
+    if(EXISTS "${_graphed_pypi_root}/bin/nvcc")
+      list(APPEND _graphed_cuda_candidates "${_graphed_pypi_root}")
+    endif()
+  endif()
+  set(_graphed_cuda_first "")
+  set(_graphed_cuda_match "")
   foreach(_graphed_candidate IN LISTS _graphed_cuda_candidates)
-    if(EXISTS "${_graphed_candidate}/include/cuda_runtime.h")
-      set(CUDA_TOOLKIT_ROOT_DIR "${_graphed_candidate}" CACHE PATH "CUDA toolkit root")
-      break()
+    if(NOT EXISTS "${_graphed_candidate}/include/cuda_runtime.h")
+      continue()
+    endif()
+    if(NOT _graphed_cuda_first)
+      set(_graphed_cuda_first "${_graphed_candidate}")
+    endif()
+    if(_graphed_want_major AND EXISTS "${_graphed_candidate}/bin/nvcc")
+      execute_process(COMMAND "${_graphed_candidate}/bin/nvcc" --version
+        OUTPUT_VARIABLE _graphed_nvcc_version ERROR_QUIET)
+      if(_graphed_nvcc_version MATCHES "release ([0-9]+)\\."
+          AND CMAKE_MATCH_1 STREQUAL _graphed_want_major)
+        set(_graphed_cuda_match "${_graphed_candidate}")
+        break()
+      endif()
     endif()
   endforeach()
+  if(_graphed_cuda_match)
+    set(CUDA_TOOLKIT_ROOT_DIR "${_graphed_cuda_match}" CACHE PATH "CUDA toolkit root")
+  elseif(_graphed_cuda_first)
+    set(CUDA_TOOLKIT_ROOT_DIR "${_graphed_cuda_first}" CACHE PATH "CUDA toolkit root")
+  endif()
 endif()
 if(CUDA_TOOLKIT_ROOT_DIR AND NOT CMAKE_CUDA_COMPILER AND EXISTS "${CUDA_TOOLKIT_ROOT_DIR}/bin/nvcc")
   set(CMAKE_CUDA_COMPILER "${CUDA_TOOLKIT_ROOT_DIR}/bin/nvcc")
+endif()
+# The PyPI wheels' toolkit differs from an installed one in two ways that matter here: its
+# libraries are in lib/ where nvcc's own link line looks in lib64/ (CMake's compiler check links a
+# program), and it has no unversioned libcudart.so, which torch's CMake config asks for. So nvcc is
+# told where lib/ is, and a link libcudart.so -> libcudart.so.<N> in the build tree stands in.
+if(CUDA_TOOLKIT_ROOT_DIR AND NOT EXISTS "${CUDA_TOOLKIT_ROOT_DIR}/lib64"
+    AND NOT EXISTS "${CUDA_TOOLKIT_ROOT_DIR}/lib/libcudart.so")
+  file(GLOB _graphed_versioned_cudart "${CUDA_TOOLKIT_ROOT_DIR}/lib/libcudart.so.[0-9]*")
+  if(_graphed_versioned_cudart)
+    list(GET _graphed_versioned_cudart 0 _graphed_versioned_cudart)
+    set(_graphed_cuda_links "${CMAKE_BINARY_DIR}/graphed-cuda-links")
+    file(MAKE_DIRECTORY "${_graphed_cuda_links}")
+    file(CREATE_LINK "${_graphed_versioned_cudart}" "${_graphed_cuda_links}/libcudart.so" SYMBOLIC)
+    list(APPEND CMAKE_LIBRARY_PATH "${_graphed_cuda_links}")
+    string(APPEND CMAKE_CUDA_FLAGS " -L${CUDA_TOOLKIT_ROOT_DIR}/lib")
+  endif()
 endif()
 if(NOT CUDA_nvrtc_LIBRARY)
   find_library(CUDA_nvrtc_LIBRARY nvrtc

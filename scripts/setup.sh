@@ -11,11 +11,20 @@
 #            sanitizer runtimes, the pinned diffusers and transformers the third-party model tests
 #            run, and the XPU test tools. Without it (the demo) none of these is installed, and the
 #            GoogleTest suites are built only when GoogleTest is already there.
-# Footprint: .venv about 5.7 GB (a CUDA build of torch), .venv-xpu 1.5 GB (--tests, when there is
-# room), build/ about 0.5 GB. apt-get runs as root (through sudo when you are not root).
+# CUDA: the CUDA backend needs an nvcc of torch's CUDA major version (torch 2.14.1: CUDA 13.0),
+# which Debian does not ship. Where none is found (the PATH, CUDA_HOME, /usr/local/cuda), the
+# nvcc wheels of torch's CUDA version come from PyPI into .venv and the build uses them; no GPU is
+# needed to build the backend (a machine without one runs eager).
+# Footprint on a fresh Debian 12: apt packages about 0.4 GB (1.0 GB with --tests); .venv about
+# 6.1 GB (a CUDA build of torch, 0.3 GB of it the nvcc wheels), .venv-xpu 1.5 GB (--tests, when
+# there is room); build/ (the CMake build and the wheel) about 20 MB. apt-get runs as root
+# (through sudo when you are not root).
 # Environment: PYTHON (the interpreter that creates .venv, default python3),
+#              GRAPHED_CUDA_ARCHITECTURES (the CUDA architectures to build for, a CMake list such
+#              as "90" or "80;90;100"; default 80;90),
 #              GRAPHED_SETUP_FORCE_CONFIGURE=1 (start the CMake build in build/wheel afresh).
-# Outputs: build/dist/graphed-*.whl (the wheel), build/wheel (the CMake build dir, for ctest).
+# Outputs: build/dist/graphed-*.whl (the wheel), build/wheel (the CMake build dir, for ctest), the
+# logs of every step in build/setup-logs/.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -23,6 +32,7 @@ ROOT=$PWD
 VENV=$ROOT/.venv
 BUILD=$ROOT/build/wheel
 DIST=$ROOT/build/dist
+LOGS=$ROOT/build/setup-logs
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=2.14.1
 want_tests=0
@@ -30,6 +40,9 @@ want_tests=0
 
 log() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+mkdir -p "$LOGS"
+# Where the logs were before build/setup-logs.
+rm -f "$ROOT/build/setup-build.log" "$ROOT/build/setup-install.log" "$VENV"/pip-install*.log
 
 # Runs a command with its output in a log file, saying every 30 s that it is still at work; on
 # failure prints the log's tail and fails.
@@ -115,16 +128,16 @@ if ((${#missing[@]} + ${#optional[@]})); then
       die "missing ${missing[*]} ${optional[*]} and no apt-get; install them yourself"
     export DEBIAN_FRONTEND=noninteractive
     log "apt-get update"
-    run_logged /tmp/graphed-apt-update.log "${sudo[@]}" apt-get update -q
+    run_logged "$LOGS/apt-update.log" "${sudo[@]}" apt-get update -q
     apt_updated=1
     if ((${#missing[@]})); then
       log "apt-get install ${missing[*]}"
-      run_logged /tmp/graphed-apt-install.log \
+      run_logged "$LOGS/apt-install.log" \
         "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
     fi
     for package in "${optional[@]}"; do
-      "${sudo[@]}" apt-get install -y -q --no-install-recommends "$package" >/dev/null 2>&1 ||
-        log "note: $package not installed (optional)"
+      "${sudo[@]}" apt-get install -y -q --no-install-recommends "$package" \
+        >>"$LOGS/apt-install.log" 2>&1 || log "note: $package not installed (optional)"
     done
   fi
 fi
@@ -167,7 +180,7 @@ if ! venv_complete; then
   fi
   log "pip install torch==$TORCH_VERSION pytest numpy ruff scikit-build-core" \
     "(torch is large: a few minutes)"
-  run_logged "$VENV/pip-install.log" "$VENV/bin/python" -m pip install --disable-pip-version-check \
+  run_logged "$LOGS/pip-install.log" "$VENV/bin/python" -m pip install --disable-pip-version-check \
     --no-cache-dir "torch==$TORCH_VERSION" pytest numpy ruff scikit-build-core
   venv_complete || die "the packages in $VENV are still incomplete after pip install"
 fi
@@ -189,7 +202,7 @@ PY
 }
 if ((want_tests)) && ! test_packages_complete; then
   log "pip install ${TEST_PACKAGES[*]} (the third-party model tests)"
-  run_logged "$VENV/pip-install-tests.log" "$VENV/bin/python" -m pip install \
+  run_logged "$LOGS/pip-install-tests.log" "$VENV/bin/python" -m pip install \
     --disable-pip-version-check --no-cache-dir "${TEST_PACKAGES[@]}" "torch==$TORCH_VERSION"
   test_packages_complete || die "${TEST_PACKAGES[*]} are still missing after pip install"
 fi
@@ -212,10 +225,10 @@ install_xpu_test_tools() {
     if (export DEBIAN_FRONTEND=noninteractive
       { ((apt_updated)) || "${sudo[@]}" apt-get update -q; } &&
       "${sudo[@]}" apt-get install -y -q --no-install-recommends "${xpu_debs[@]}") \
-      >/tmp/graphed-apt-xpu.log 2>&1; then
+      >"$LOGS/apt-xpu.log" 2>&1; then
       export GRAPHED_SETUP_FORCE_CONFIGURE=1 # CMake finds the new tools
     else
-      log "note: some xpu test tools did not install (see /tmp/graphed-apt-xpu.log); those tests skip"
+      log "note: some xpu test tools did not install (see build/setup-logs/apt-xpu.log); those tests skip"
     fi
   fi
   local tools=$ROOT/.venv-xpu
@@ -229,16 +242,101 @@ install_xpu_test_tools() {
   log "pip install intel-sycl-rt intel-opencl-rt into $tools (xpu tests; about 1.5 GB)"
   if (rm -rf "$tools" && "$PYTHON" -m venv "$tools" &&
     "$tools/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir \
-      intel-sycl-rt==2026.2.0 intel-opencl-rt==2026.2.0) >/tmp/graphed-pip-xpu.log 2>&1; then
+      intel-sycl-rt==2026.2.0 intel-opencl-rt==2026.2.0) >"$LOGS/pip-xpu.log" 2>&1; then
     export GRAPHED_SETUP_FORCE_CONFIGURE=1
   else
-    log "note: the xpu PyPI tools did not install (see /tmp/graphed-pip-xpu.log); those tests skip"
+    log "note: the xpu PyPI tools did not install (see build/setup-logs/pip-xpu.log); those tests skip"
   fi
 }
 if ((want_tests)); then
   install_xpu_test_tools
 fi
 # ---- XPU test tools: end -----------------------------------------------------------------------
+
+# -- nvcc for the CUDA backend ---------------------------------------------------------------------
+# The CUDA backend is built only with an nvcc of torch's CUDA major version. Where the PATH,
+# CUDA_HOME and /usr/local/cuda hold none, the nvcc wheels of torch's CUDA version (nvcc, the NVVM
+# compiler it runs, the CUDA headers torch's own wheels leave out) come from PyPI into .venv,
+# about 270 MB, pinned to torch's "major.minor". They unpack to site-packages/nvidia/cu<major>,
+# where cmake/GraphedTorchCudaHints.cmake finds them; the build is also pointed there (CUDA_HOME).
+# A failure here never fails the setup: graphed then builds without its CUDA backend (eager).
+NVCC_WHEELS=(nvidia-cuda-nvcc nvidia-nvvm nvidia-cuda-crt nvidia-cuda-cccl nvidia-cuda-runtime)
+# Prints "<torch.version.cuda> <site-packages>" without importing torch (fast); nothing for a torch
+# without CUDA.
+torch_cuda_and_site() {
+  "$VENV/bin/python" - <<'PY' 2>/dev/null || true
+import importlib.util
+import pathlib
+import re
+
+torch_dir = pathlib.Path(importlib.util.find_spec("torch").origin).parent
+text = (torch_dir / "version.py").read_text()
+found = re.search(r"^cuda\b[^=]*=\s*['\"]([0-9.]+)['\"]", text, re.M)
+if found:
+    print(found.group(1), torch_dir.parent)
+PY
+}
+# The CUDA release ("13.0") of the nvcc at $1; nothing when there is none.
+nvcc_release() {
+  if [[ -n $1 && -x $1 ]]; then
+    { "$1" --version 2>/dev/null || true; } |
+      sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p' | head -n 1
+  fi
+}
+# Whether .venv holds every nvcc wheel, of CUDA release $1.
+nvcc_wheels_complete() {
+  "$VENV/bin/python" - "$1" "${NVCC_WHEELS[@]}" <<'PY' >/dev/null 2>&1
+import sys
+from importlib import metadata
+
+release = sys.argv[1]
+for name in sys.argv[2:]:
+    if not metadata.version(name).startswith(release + "."):
+        raise SystemExit(1)
+PY
+}
+build_env=()
+torch_cuda_site=$(torch_cuda_and_site)
+if [[ -n $torch_cuda_site ]]; then
+  torch_cuda=${torch_cuda_site%% *}
+  cuda_major=${torch_cuda%%.*}
+  pypi_toolkit=${torch_cuda_site#* }/nvidia/cu$cuda_major
+  system_nvcc=""
+  for candidate in "$(command -v nvcc || true)" "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" \
+    /usr/local/cuda/bin/nvcc; do
+    release=$(nvcc_release "$candidate")
+    if [[ -n $release && ${release%%.*} == "$cuda_major" ]]; then
+      system_nvcc="$candidate (CUDA $release)"
+      break
+    fi
+  done
+  if [[ -n $system_nvcc ]]; then
+    log "nvcc for torch's CUDA $torch_cuda: $system_nvcc"
+  elif ((cuda_major < 13)); then
+    log "note: no nvcc of CUDA $cuda_major found, and PyPI's have another layout: graphed" \
+      "builds without its CUDA backend (set CUDA_HOME to a CUDA $cuda_major toolkit)"
+  else
+    if ! nvcc_wheels_complete "$torch_cuda"; then
+      pins=()
+      for wheel in "${NVCC_WHEELS[@]}"; do
+        pins+=("$wheel==$torch_cuda.*")
+      done
+      log "pip install ${pins[*]} (no nvcc of CUDA $cuda_major found; about 270 MB)"
+      if "$VENV/bin/python" -m pip install --disable-pip-version-check --no-cache-dir \
+        "${pins[@]}" "torch==$TORCH_VERSION" >"$LOGS/pip-nvcc.log" 2>&1; then
+        export GRAPHED_SETUP_FORCE_CONFIGURE=1 # configure afresh with the new toolkit
+      else
+        log "note: the nvcc wheels did not install (see build/setup-logs/pip-nvcc.log);" \
+          "graphed builds without its CUDA backend"
+      fi
+    fi
+    if [[ -x $pypi_toolkit/bin/nvcc ]]; then
+      log "nvcc for torch's CUDA $torch_cuda: PyPI's, in .venv (CUDA" \
+        "$(nvcc_release "$pypi_toolkit/bin/nvcc"))"
+      build_env=("CUDA_HOME=$pypi_toolkit")
+    fi
+  fi
+fi
 
 # -- the build: one wheel, one CMake build dir -----------------------------------------------------
 # Builds of the old layout wrote the plugin into the source tree; it must not shadow the wheel.
@@ -255,13 +353,17 @@ if have_gtest; then
 fi
 mkdir -p "$BUILD" "$DIST"
 rm -f "$DIST"/graphed-*.whl
-log "building the wheel (GoogleTest suites: $tests; log: build/setup-build.log)"
-run_logged "$ROOT/build/setup-build.log" "$VENV/bin/python" -m pip wheel -v \
+log "building the wheel (GoogleTest suites: $tests; log: build/setup-logs/build.log)"
+# GRAPHED_CUDA_ARCHITECTURES goes to every build, empty for CMake's default, so that a run without
+# it goes back to the default.
+run_logged "$LOGS/build.log" env "${build_env[@]}" "$VENV/bin/python" -m pip wheel -v \
   --disable-pip-version-check --no-build-isolation --no-deps --wheel-dir "$DIST" \
   --config-settings=build-dir=build/wheel \
-  --config-settings=cmake.define.GRAPHED_BUILD_TESTS=$tests "$ROOT"
-grep -E '^ *-- graphed:' "$ROOT/build/setup-build.log" | sed 's/^ *-- /[setup] /' || true
+  --config-settings=cmake.define.GRAPHED_BUILD_TESTS=$tests \
+  "--config-settings=cmake.define.GRAPHED_CUDA_ARCHITECTURES=${GRAPHED_CUDA_ARCHITECTURES:-}" \
+  "$ROOT"
+grep -E '^ *-- graphed:' "$LOGS/build.log" | sed 's/^ *-- /[setup] /' || true
 wheel=$(ls "$DIST"/graphed-*.whl)
-run_logged "$ROOT/build/setup-install.log" "$VENV/bin/python" -m pip install \
+run_logged "$LOGS/install.log" "$VENV/bin/python" -m pip install \
   --disable-pip-version-check --no-deps --force-reinstall "$wheel"
 log "ready: $(basename "$wheel") installed into .venv"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import shlex
+import sys
 import threading
 from pathlib import Path
 
@@ -40,11 +42,19 @@ def native_dir() -> Path | None:
 
 
 def _reinstall_hint() -> str:
-    """The command that builds graphed against the running torch, naming this checkout when the
-    package is imported from one."""
+    """The command that builds graphed against the running torch, through this Python's pip,
+    naming this checkout when the package is imported from one. It installs the build backend
+    first: a --no-build-isolation build (the only kind that sees the running torch) does not fetch
+    its backend, and the environment may never have had scikit-build-core (a wheel built elsewhere,
+    a fresh venv with a newer torch)."""
     checkout = Path(__file__).resolve().parents[2]
-    source = str(checkout) if (checkout / "pyproject.toml").is_file() else "<graphed checkout>"
-    return f"pip install --no-build-isolation {source}"
+    source = (
+        shlex.quote(str(checkout))
+        if (checkout / "pyproject.toml").is_file()
+        else "<graphed checkout>"
+    )
+    pip = f"{shlex.quote(sys.executable or 'python')} -m pip"
+    return f"{pip} install scikit-build-core && {pip} install --no-build-isolation {source}"
 
 
 def _release(version: str | None) -> str:

@@ -18,6 +18,12 @@ import pytest
 import torch
 from graphed import _doctor, _library
 
+# No native code of its own: metadata, the doctor's words and fresh interpreters that import
+# graphed (a load every sanitized test does too; the children that clear PYTHONPATH import
+# the installed wheel, not the sanitized build); the sanitized run (scripts/sanitize.sh)
+# leaves it out.
+pytestmark = pytest.mark.pure_python
+
 CHECKOUT = Path(__file__).resolve().parents[2]
 EXPECT_INSTALLED = os.environ.get("GRAPHED_EXPECT_INSTALLED") == "1"
 
@@ -74,6 +80,17 @@ def test_torch_mismatch_is_one_readable_import_error(monkeypatch):
     _library.check_build()  # the escape hatch
 
 
+def test_the_rebuild_command_installs_its_build_backend_first():
+    # A --no-build-isolation build does not fetch scikit-build-core, and the environment may never
+    # have had it: the command installs it first, through the pip of the Python that runs torch.
+    why = _library.torch_mismatch("2.11.0+cu128", "12.8")
+    backend, build = why.split("Rebuild it against the running torch: ", 1)[1].split(" && ")
+    pip = backend.removesuffix(" install scikit-build-core")
+    assert pip != backend and pip.endswith(" -m pip")
+    assert build.startswith(f"{pip} install --no-build-isolation ")
+    assert build.endswith(" --force-reinstall --no-deps")
+
+
 def test_never_built_tree_says_how_to_build(tmp_path):
     tree = tmp_path / "python" / "graphed"
     tree.mkdir(parents=True)
@@ -89,9 +106,8 @@ def test_never_built_tree_says_how_to_build(tmp_path):
         timeout=120,
     )
     assert result.returncode != 0
-    assert "graphed's native library is not built; pip install --no-build-isolation" in (
-        result.stderr
-    )
+    assert "graphed's native library is not built; " in result.stderr
+    assert " -m pip install scikit-build-core && " in result.stderr
     assert "No module named" not in result.stderr
 
 
@@ -125,6 +141,40 @@ def test_doctor_prints_the_backends_reason_once_in_words(tmp_path):
     assert "(result 0x" not in said
     verbose = _doctor_run(tmp_path, "--verbose").stdout
     assert torch.ops.graphed.backend()[1] in verbose
+
+
+def _numpy_hidden(tmp_path: Path) -> str:
+    """A PYTHONPATH on which `import numpy` fails as it does where NumPy is not installed, so
+    that torch warns at its import ("Failed to initialize NumPy: ...")."""
+    folder = tmp_path / "without_numpy"
+    (folder / "numpy").mkdir(parents=True)
+    (folder / "numpy" / "__init__.py").write_text(
+        'raise ModuleNotFoundError("No module named \'numpy\' (hidden)", name="numpy")\n'
+    )
+    return os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+
+
+def test_doctor_reports_torchs_numpy_warning_as_a_line_not_its_opening(tmp_path):
+    pythonpath = _numpy_hidden(tmp_path)
+    result = _doctor_run(tmp_path, pythonpath=pythonpath)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("graphed doctor\n"), result.stdout
+    assert "NumPy" not in result.stderr, result.stderr
+    numpy_line = [line for line in result.stdout.splitlines() if line.split()[:1] == ["numpy"]]
+    assert len(numpy_line) == 1, result.stdout
+    assert "Failed to initialize NumPy: No module named 'numpy' (hidden)" in numpy_line[0]
+    assert "Triggered internally" not in numpy_line[0]
+    # Only the doctor: a program importing graphed gets torch's warning as torch gives it.
+    program = subprocess.run(
+        [sys.executable, "-c", "import graphed"],
+        cwd=tmp_path,
+        env=_child_env(PYTHONPATH=pythonpath),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert program.returncode == 0, program.stderr
+    assert "UserWarning: Failed to initialize NumPy" in program.stderr, program.stderr
 
 
 def test_in_words_drops_a_drivers_raw_result_code():
