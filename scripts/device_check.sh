@@ -16,6 +16,10 @@
 #        (memory: bench/memory_shapes.py, extra args going to it, e.g. --quick, --methods compile,
 #        --jobs 8 --deadline-s 420; then the host cost alone (bench/host_cost_only.py) where the
 #        call's time allows; after a build without the C++ tests)
+#        (generate [SITE...]: transformers' generate() through graph_generation: tests/python/
+#        test_generate.py and bench/generate_bench.py with the machine's transformers, then again
+#        with each SITE folder (other package versions, e.g. the newest transformers installed with
+#        pip --target) first on PYTHONPATH; after a build without the C++ tests)
 #        bash scripts/device_check.sh compare BASELINE_TREE   (host cost of this tree against an
 #        older checkout's, built and timed in the same call, alternating A/B/A/B/A/B)
 set -uo pipefail
@@ -37,9 +41,10 @@ status=0
 } 2>&1 | tee "$OUT/env.txt"
 
 if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench || "$what" == compare \
-      || "$what" == group || "$what" == pipelines || "$what" == memory ]]; then
+      || "$what" == group || "$what" == pipelines || "$what" == memory || "$what" == generate ]]; then
   # group runs the gloo tests too, whose emulated backend is the test plugin the tests build.
-  cxx_tests=$([[ "$what" == bench || "$what" == compare || "$what" == pipelines || "$what" == memory ]] \
+  cxx_tests=$([[ "$what" == bench || "$what" == compare || "$what" == pipelines || "$what" == memory \
+    || "$what" == generate ]] \
     && echo OFF || echo ON)
   if ! { cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DGRAPHED_CUDA_ARCHITECTURES=90 \
         -DGRAPHED_BUILD_TESTS="$cxx_tests" && cmake --build "$BUILD" -j"$(nproc)" \
@@ -85,6 +90,24 @@ if [[ "$what" == pipelines ]]; then
   PYTHONPATH="$SITE:bench" timeout 100 "$PY" bench/generate_bench.py --out "$OUT" \
     > "$OUT/generate.log" 2>&1 || status=1
   tail -20 "$OUT/generate.log"
+fi
+if [[ "$what" == generate ]]; then
+  # The tests need the emulated backend only on the CPU; its plugin is not built here, so they
+  # run the GPU cases and whatever needs no plugin.
+  for site in "" "$@"; do
+    label=$([[ -z "$site" ]] && echo machine || basename "$site")
+    path="${site:+$site:}$SITE"
+    PYTHONPATH="$path" "$PY" -c "import transformers; print('transformers', transformers.__version__)" \
+      2>&1 | tee -a "$OUT/generate-$label.log"
+    (cd "$BUILD" && PYTHONPATH="$path" timeout 240 "$PY" -m pytest ../tests/python/test_generate.py \
+      --rootdir .. -c ../pyproject.toml -p no:cacheprovider -v -rs -m gpu) \
+      >> "$OUT/generate-$label.log" 2>&1 || status=1
+    grep -E "PASSED|FAILED|ERROR" "$OUT/generate-$label.log" | head -20
+    tail -2 "$OUT/generate-$label.log"
+    PYTHONPATH="$path:bench" timeout 150 "$PY" bench/generate_bench.py --out "$OUT/$label" \
+      >> "$OUT/generate-$label.log" 2>&1 || status=1
+    tail -12 "$OUT/generate-$label.log"
+  done
 fi
 if [[ "$what" == memory ]]; then
   PYTHONPATH="$SITE:bench" timeout 540 "$PY" bench/memory_shapes.py --out "$OUT" "$@" \

@@ -434,9 +434,9 @@ run_in_chroot() {
   set -e
   RUN_RC[$label]=$rc
   RUN_TIME[$label]=$((SECONDS - started))
-  # setup.sh's own logs outside the clone (apt, the xpu tools) go with this run's log.
+  # setup.sh's own logs (apt, pip, the build) go with this run's log.
   local extra
-  for extra in "$ROOT"/tmp/graphed-*.log; do
+  for extra in "$ROOT$workdir"/build/setup-logs/*.log; do
     [[ -f $extra ]] && cp -- "$extra" "$LOGS/$label.$(basename "$extra")"
   done
   log "$label: exit $rc after ${RUN_TIME[$label]} s; phases (time since start):"

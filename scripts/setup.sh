@@ -9,7 +9,7 @@
 # Usage: bash scripts/setup.sh [--tests]
 #   --tests  what only the tests need as well (test.sh passes it): GoogleTest, clang's fuzzer and
 #            sanitizer runtimes, the pinned diffusers and transformers the third-party model tests
-#            run, and the XPU test tools. Without it (the demo) none of these is installed, and the
+#            run (and their newest releases in .venv-newest, about 0.2 GB), and the XPU test tools. Without it (the demo) none of these is installed, and the
 #            GoogleTest suites are built only when GoogleTest is already there.
 # CUDA: the CUDA backend needs an nvcc of torch's CUDA major version (torch 2.14.1: CUDA 13.0),
 # which Debian does not ship. Where none is found (the PATH, CUDA_HOME, /usr/local/cuda), the
@@ -189,8 +189,16 @@ fi
 # hooks in test_changed_state.py) run these, pinned, on the
 # emulated backend in every test run; their own dependencies come with them.
 TEST_PACKAGES=(diffusers==0.42.1 transformers==5.17.0 accelerate==1.15.0)
-test_packages_complete() {
-  "$VENV/bin/python" - "${TEST_PACKAGES[@]}" <<'PY' >/dev/null 2>&1
+# The newest releases of the same three that install (transformers 5.25.0 needs a `kernels` the
+# package index does not carry yet): test.sh runs the third-party tests on them too, so that what
+# users install today is tested beside the pins. They go into .venv-newest, a virtualenv that sees
+# .venv's packages (torch, graphed) through a .pth file, so that only what differs is installed
+# (about 0.2 GB, not a second torch). Raise these pins when a newer release appears.
+NEWEST_PACKAGES=(diffusers==0.42.1 transformers==5.24.0 accelerate==1.16.0)
+NEWEST=$ROOT/.venv-newest
+# Succeeds when interpreter $1 has exactly the versions named in $2...
+packages_complete() {
+  "$1" - "${@:2}" <<'PY' >/dev/null 2>&1
 import sys
 from importlib import metadata
 
@@ -200,11 +208,26 @@ for pinned in sys.argv[1:]:
         raise SystemExit(1)
 PY
 }
-if ((want_tests)) && ! test_packages_complete; then
+if ((want_tests)) && ! packages_complete "$VENV/bin/python" "${TEST_PACKAGES[@]}"; then
   log "pip install ${TEST_PACKAGES[*]} (the third-party model tests)"
   run_logged "$LOGS/pip-install-tests.log" "$VENV/bin/python" -m pip install \
     --disable-pip-version-check --no-cache-dir "${TEST_PACKAGES[@]}" "torch==$TORCH_VERSION"
-  test_packages_complete || die "${TEST_PACKAGES[*]} are still missing after pip install"
+  packages_complete "$VENV/bin/python" "${TEST_PACKAGES[@]}" ||
+    die "${TEST_PACKAGES[*]} are still missing after pip install"
+fi
+if ((want_tests)) && ! packages_complete "$NEWEST/bin/python" "${NEWEST_PACKAGES[@]}"; then
+  log "pip install ${NEWEST_PACKAGES[*]} into .venv-newest (the third-party tests, newest releases)"
+  site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+  if [[ ! -x $NEWEST/bin/python ]]; then
+    rm -rf "$NEWEST"
+    "$VENV/bin/python" -m venv "$NEWEST"
+  fi
+  # Its own site-packages first, then .venv's: a newer dependency installed here shadows .venv's.
+  site_of "$VENV/bin/python" >"$(site_of "$NEWEST/bin/python")/zz-graphed-base.pth"
+  run_logged "$LOGS/pip-install-newest.log" "$NEWEST/bin/python" -m pip install \
+    --disable-pip-version-check --no-cache-dir "${NEWEST_PACKAGES[@]}" "torch==$TORCH_VERSION"
+  packages_complete "$NEWEST/bin/python" "${NEWEST_PACKAGES[@]}" ||
+    die "${NEWEST_PACKAGES[*]} are still missing in .venv-newest after pip install"
 fi
 
 # ---- XPU test tools: begin ---------------------------------------------------------------------

@@ -60,6 +60,25 @@ elif ((pytest_rc != 0)); then
   status=1
 fi
 
+# The tests that drive transformers, diffusers and accelerate through their own call sites, again
+# on the newest releases of the three (setup.sh's .venv-newest: those packages over .venv's torch
+# and graphed), so that a release users install today is tested as well as the pins.
+echo
+echo "== pytest: third-party tests on the newest transformers, diffusers, accelerate =="
+THIRD_PARTY_TESTS=(test_generate.py test_third_party_models.py test_diffusers_pipelines.py
+  test_changed_state.py test_owned_cache.py test_containers.py)
+newest_rc=0
+GRAPHED_EXPECT_INSTALLED=1 "$ROOT/.venv-newest/bin/python" -m pytest \
+  "${THIRD_PARTY_TESTS[@]/#/$ROOT/tests/python/}" -m "not gpu" \
+  --rootdir "$ROOT" -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -rs \
+  --junitxml="$reports/pytest-newest.xml" "$@" || newest_rc=$?
+if ((newest_rc == 5)); then
+  echo "[test] pytest (newest packages) collected no tests"
+  newest_rc=0
+elif ((newest_rc != 0)); then
+  status=1
+fi
+
 # The core, the op tests and the Python suite again under ASan+UBSan, and a short fuzz run.
 echo
 echo "== sanitizers and fuzzing =="
@@ -76,6 +95,7 @@ counts_rc=0
 "$VENV/bin/python" "$ROOT/scripts/junit_counts.py" \
   --runner ctest "$ctest_rc" "$reports/ctest.xml" \
   --runner pytest "$pytest_rc" "$reports/pytest.xml" \
+  --runner pytest-newest "$newest_rc" "$reports/pytest-newest.xml" \
   --runner ctest-sanitized 0 "$reports/sanitized-ctest-core.xml" \
   "$reports/sanitized-ctest-ForwardOp.xml" \
   --runner pytest-sanitized 0 "$reports/sanitized-pytest.xml" \
