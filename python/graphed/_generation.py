@@ -2,24 +2,38 @@
 
 generate() calls the model once per new token with kwargs a graph can hold: `input_ids` of one
 token a row, a 4D attention mask as long as the cache, `use_cache`, `return_dict`. One kwarg it
-cannot: `past_key_values`, a `StaticCache` object holding the keys and values (graphed refuses an
-object holding tensors among the kwargs, naming its path). A static cache's tensors never move
-(StaticLayer allocates them once and writes in place, its length included, as a device tensor),
-so the decode step needs no cache among its inputs: the graph reads and writes those tensors
-where they are. What this file does, and only that:
+cannot: the `StaticCache` object holding the keys and values (`cache` from transformers 5.24,
+`past_key_values` before; graphed refuses an object holding tensors among the kwargs, naming its
+path). A static cache's tensors never move (StaticLayer allocates them once and writes in place,
+its length included, as a device tensor), so the decode step needs no cache among its inputs: the
+graph reads and writes those tensors where they are. What this file does, and only that:
 
 - `model.forward` (an instance attribute, as accelerate's hooks set it) routes a decode step on
-  a static cache to a GraphedForward of the step, the cache taken out of the kwargs and its
-  tensors given as keep_alive (held by the entry, so they outlive its graph) and its tensors'
-  addresses as the variant (a graph is one cache's graph); the output gets the cache back.
-  Everything else (the prefill, a dynamic cache, a sliding-window layer, whose host-side length
-  a graph would bake in) runs the model's own forward, eagerly.
+  a static cache to a GraphedForward of the step, the cache taken out of the kwargs; the output
+  gets the cache back. Everything else (the prefill, a dynamic cache, a sliding-window layer,
+  whose host-side length a graph would bake in) runs the model's own forward, eagerly.
+- One set of cache tensors per shape ("held"; the layers' keys, values and lengths of one batch
+  size and cache length) is what the graph of that shape reads and writes; its entry holds them
+  (keep_alive) and an integer naming the set is its variant. generate(cache_implementation=
+  "static") makes a new StaticCache per request: at its first decode step the request's tensors
+  are copied into the held ones and its layers re-bound to them ("adopted"), so every request of
+  a shape replays one graph, and the cache generate returns or the caller holds is one
+  consistent object. The cache last bound is tracked by a weak reference: if it is still alive
+  when another cache adopts the held tensors, it first gets copies of its own ("copied out"), so
+  it never sees another request's values. Each thread that generates has sets of its own:
+  generate() reads the cache between decode steps too (its length, for the mask), where an
+  adoption on another thread could change it.
 - `model.get_compiled_call` returns the model's plain call: generate() would otherwise wrap the
   decode step in torch.compile on a GPU with a static cache, and compile would trace past the
   graph.
 - graphed's probe and warm-up forwards before a capture are runs eager would not make, and each
   advances the cache's length: the step puts the lengths back after them (the keys and values
   they wrote sit at the position the captured step writes again).
+- What it needs of transformers (the cache kwarg of the forward, StaticLayer and its tensors, the
+  model's get_compiled_call) is checked where it is used: a missing import or cache parameter
+  raises at graph_generation, and a decode step that runs eagerly because something could not be
+  found warns once, naming the transformers version and what is missing; none runs eager
+  silently.
 
 `GraphedGeneration.remove()` puts both attributes back.
 """
@@ -27,7 +41,12 @@ where they are. What this file does, and only that:
 from __future__ import annotations
 
 import functools
+import inspect
+import itertools
 import threading
+import warnings
+import weakref
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -37,35 +56,43 @@ from ._forward import GraphedForward
 
 __all__ = ["GraphedGeneration", "graph_generation"]
 
-_CACHE_KWARG = "past_key_values"
+# The forward's cache parameter: transformers 5.24 names it `cache` (and deprecates the older
+# name), 5.17 `past_key_values`. The first one the model's forward takes is the one passed.
+_CACHE_KWARGS = ("cache", "past_key_values")
 # The runs of the step the core makes before a capture, besides the one the caller asked for.
 _EXTRA_RUNS = (_phases.PHASE_PROBE, _phases.PHASE_WARMUP)
+# A layer's tensors the graph holds, in this order.
+_LAYER_TENSORS = ("keys", "values", "cumulative_length")
+# Names for the held sets, the variant of their graphs' keys; never reused.
+_serials = itertools.count(1)
 
 
-def _static_layer_type() -> type | None:
-    try:
-        from transformers.cache_utils import StaticLayer
-    except ImportError:
-        return None
-    return StaticLayer
+class _Transformers:
+    """What graph_generation uses of transformers, found once; ImportError naming the version
+    and the name when it is not there."""
 
-
-def _graphable_cache_tensors(cache: Any, static_layer: type | None) -> list[torch.Tensor] | None:
-    """The tensors of a cache a decode graph can hold by address (each layer's keys, values and
-    length), or None for any other cache: a dynamic one (it grows), a sliding-window or other
-    StaticLayer subclass (it keeps a Python int the graph would bake in), an offloading one (it
-    moves its tensors), or one the prefill has not allocated yet."""
-    if static_layer is None or getattr(cache, "offloading", True):
-        return None
-    layers = getattr(cache, "layers", None)
-    if not layers:
-        return None
-    tensors: list[torch.Tensor] = []
-    for layer in layers:
-        if type(layer) is not static_layer or not layer.is_initialized:
-            return None
-        tensors += (layer.keys, layer.values, layer.cumulative_length)
-    return tensors
+    def __init__(self) -> None:
+        try:
+            import transformers
+            from transformers import cache_utils
+        except ImportError as missing:
+            raise ImportError(
+                "graphed: graph_generation needs transformers (pip install transformers)"
+            ) from missing
+        self.version = getattr(transformers, "__version__", "of unknown version")
+        found = {}
+        for name in ("Cache", "StaticCache", "StaticLayer"):
+            found[name] = getattr(cache_utils, name, None)
+            if not isinstance(found[name], type):
+                raise ImportError(
+                    f"graphed: transformers {self.version} has no transformers.cache_utils.{name}, "
+                    "which graph_generation needs to recognize a static cache"
+                )
+        self.cache, self.static_cache, self.static_layer = (
+            found["Cache"],
+            found["StaticCache"],
+            found["StaticLayer"],
+        )
 
 
 def _one_token_a_row(kwargs: dict) -> bool:
@@ -77,6 +104,30 @@ def _one_token_a_row(kwargs: dict) -> bool:
     return isinstance(tokens, torch.Tensor) and tokens.dim() == 2 and tokens.shape[1] == 1
 
 
+def _shape_of(tensors: list[torch.Tensor]) -> tuple:
+    return tuple((tuple(tensor.shape), tensor.dtype, tensor.device) for tensor in tensors)
+
+
+class _Held:
+    """One shape's cache tensors, those its decode graph reads and writes: the layers' tensors in
+    _LAYER_TENSORS order, the cache bound to them now (a weak reference), the stream that last
+    used them (CUDA) and the variant naming them."""
+
+    __slots__ = ("owner", "serial", "stream", "tensors")
+
+    def __init__(self, tensors: list[torch.Tensor]) -> None:
+        self.tensors = tensors
+        self.owner: weakref.ref | None = None
+        self.stream: Any = None
+        self.serial = next(_serials)
+
+    def bound(self, tensors: list[torch.Tensor]) -> bool:
+        """Whether these are the held tensors themselves (a cache bound to them)."""
+        return len(tensors) == len(self.tensors) and all(
+            mine is theirs for mine, theirs in zip(self.tensors, tensors, strict=True)
+        )
+
+
 class _DecodeStep(torch.nn.Module):
     """What the decode graph captures: the model's own forward on the cache of the call in flight
     (set per call, per thread), its output without the cache (generate gets it back outside)."""
@@ -86,40 +137,74 @@ class _DecodeStep(torch.nn.Module):
         self.model = model
         self._model_forward = forward
         self._in_flight = threading.local()
+        # Output type -> the fields that held the cache (put back after a replay, which runs no
+        # Python): `cache` from transformers 5.24, `past_key_values` before.
+        self.cache_fields: dict[type, tuple[str, ...]] = {}
 
     def forward(self, **kwargs: Any) -> Any:
-        cache = self._in_flight.cache
+        cache, name = self._in_flight.cache, self._in_flight.name
         lengths = [layer.cumulative_length for layer in cache.layers]
         saved = (
             [length.clone() for length in lengths]
             if _phases.current_phase() in _EXTRA_RUNS
             else None
         )
-        output = self._model_forward(**kwargs, past_key_values=cache)
+        output = self._model_forward(**kwargs, **{name: cache})
         if saved is not None:
             with torch.no_grad():
                 for length, before in zip(lengths, saved, strict=True):
                     length.copy_(before)
-        return type(output)(**{key: value for key, value in output.items() if key != _CACHE_KWARG})
+        fields = tuple(key for key, value in output.items() if value is cache)
+        self.cache_fields[type(output)] = fields
+        return type(output)(**{key: value for key, value in output.items() if key not in fields})
 
 
 class GraphedGeneration:
     """The handle graph_generation returns: the decode steps' GraphedForward (`graphed`), their
     counters, and `remove()`."""
 
-    def __init__(self, model: torch.nn.Module, **options: Any) -> None:
+    def __init__(self, model: torch.nn.Module, *, max_entries: int, **options: Any) -> None:
         if "forward" in vars(model) or "get_compiled_call" in vars(model):
             raise ValueError(
                 "graphed: this model's forward (or get_compiled_call) is already replaced on the "
                 "instance (graph_generation applied twice, or another library's hook); remove that "
                 "first"
             )
+        self._api = _Transformers()
+        parameters = inspect.signature(model.forward).parameters
+        taken = [name for name in _CACHE_KWARGS if name in parameters]
+        if not taken:
+            raise ValueError(
+                f"graphed: {type(model).__name__}.forward (transformers {self._api.version}) "
+                f"takes none of {', '.join(map(repr, _CACHE_KWARGS))}, the cache parameters "
+                f"graph_generation knows; its parameters: {', '.join(parameters)}"
+            )
+        self._cache_kwarg = taken[0]
+        # The others, in the order looked at: a caller may still pass the deprecated name.
+        self._cache_aliases = tuple(name for name in _CACHE_KWARGS if name != taken[0])
+        if not callable(getattr(type(model), "get_compiled_call", None)):
+            warnings.warn(
+                f"graphed: {type(model).__name__} (transformers {self._api.version}) has no "
+                "get_compiled_call, through which generate() compiles the decode step on a GPU "
+                "and graph_generation turns that off: if this generate() compiles the step "
+                "another way, the compiled step runs instead of the graph; pass "
+                "disable_compile=True to generate()",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         self.model = model
         self._model_forward = model.forward
         self._step = _DecodeStep(model, self._model_forward)
-        self.graphed = GraphedForward(self._step, **options)
-        self._static_layer = _static_layer_type()
+        self.graphed = GraphedForward(self._step, max_entries=max_entries, **options)
+        self._max_held = max_entries
+        self._held: OrderedDict[tuple, _Held] = OrderedDict()
+        self._lock = threading.RLock()
+        self._warned: set[str] = set()
+        self._on_cuda = self.graphed.device.type == "cuda"
         self.eager_forwards = 0
+        self.api_mismatches = 0
+        self.cache_adoptions = 0
+        self.cache_copies_out = 0
 
         @functools.wraps(self._model_forward)
         def forward(*args: Any, **kwargs: Any) -> Any:
@@ -128,38 +213,256 @@ class GraphedGeneration:
         model.forward = forward
         model.get_compiled_call = lambda compile_config=None: model.__call__
 
+    # -- routing ---------------------------------------------------------------------------
+
     def _forward(self, args: tuple, kwargs: dict) -> Any:
-        cache = kwargs.get(_CACHE_KWARG)
-        tensors = None
-        if not args and kwargs.get("return_dict") is not False and _one_token_a_row(kwargs):
-            tensors = _graphable_cache_tensors(cache, self._static_layer)
-        if tensors is None:
-            self.eager_forwards += 1
-            return self._model_forward(*args, **kwargs)
-        step_kwargs = {key: value for key, value in kwargs.items() if key != _CACHE_KWARG}
-        in_flight = self._step._in_flight
-        in_flight.cache = cache
-        try:
-            output = self.graphed(
-                variant=tuple(tensor.data_ptr() for tensor in tensors),
-                keep_alive=tensors,
-                **step_kwargs,
+        name, cache = self._cache_kwarg, kwargs.get(self._cache_kwarg)
+        if cache is None:
+            name, cache = next(
+                ((alias, kwargs[alias]) for alias in self._cache_aliases if alias in kwargs),
+                (name, None),
             )
+        if args or kwargs.get("return_dict") is False or not _one_token_a_row(kwargs):
+            return self._eager(args, kwargs, cache)
+        if cache is None:
+            if kwargs.get("use_cache"):
+                self._mismatch(
+                    f"a forward of one token a row with use_cache=True (generate()'s decode step) "
+                    f"came with no cache as {' or '.join(map(repr, _CACHE_KWARGS))} (its kwargs: "
+                    f"{', '.join(kwargs)}): graph_generation finds no cache to graph"
+                )
+            return self._eager(args, kwargs, None)
+        # Read under the lock: a cache another thread used before is bound to that thread's set,
+        # whose next adoption re-binds it.
+        with self._lock:
+            tensors = self._layer_tensors(cache)
+            held = None if tensors is None else self._held_for(cache, tensors)
+        if held is None:
+            return self._eager(args, kwargs, cache)
+        step_kwargs = {key: value for key, value in kwargs.items() if key != name}
+        in_flight = self._step._in_flight
+        in_flight.cache, in_flight.name = cache, name
+        try:
+            output = self.graphed(variant=held.serial, keep_alive=held.tensors, **step_kwargs)
         finally:
-            in_flight.cache = None
-        output[_CACHE_KWARG] = cache
+            in_flight.cache = in_flight.name = None
+            if self._on_cuda:
+                held.stream = torch.cuda.current_stream(self.graphed.device)
+        for field in self._step.cache_fields.get(type(output), (name,)):
+            output[field] = cache
         return output
 
+    def _eager(self, args: tuple, kwargs: dict, cache: Any) -> Any:
+        """The model's own forward; after the work of another stream on the held tensors when
+        `cache` is bound to them (a prefill on it writes them)."""
+        self.eager_forwards += 1
+        bound = None
+        if cache is not None and self._held:
+            with self._lock:
+                bound = next(
+                    (h for h in self._held.values() if h.owner and h.owner() is cache), None
+                )
+        if bound is None or not self._on_cuda:
+            return self._model_forward(*args, **kwargs)
+        self._wait_for(bound)
+        try:
+            return self._model_forward(*args, **kwargs)
+        finally:
+            bound.stream = torch.cuda.current_stream(self.graphed.device)
+
+    def _mismatch(self, what: str) -> None:
+        """A decode step runs eagerly because something of transformers' was not found: counted,
+        and said once per kind."""
+        self.api_mismatches += 1
+        self._say_once(
+            f"{what}; every such decode step runs eagerly (stats()['api_mismatches'] counts them)",
+            RuntimeWarning,
+        )
+
+    def _say_once(self, what: str, category: type[Warning]) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(
+                f"graphed: graph_generation with transformers {self._api.version}: {what}",
+                category,
+                stacklevel=5,
+            )
+
+    # -- the cache -------------------------------------------------------------------------
+
+    def _layer_tensors(self, cache: Any) -> list[torch.Tensor] | None:
+        """The tensors of a decode step's cache a graph can hold (each layer's keys, values and
+        length), or None, said once per reason (see _why_not_graphable)."""
+        static_layer = self._api.static_layer
+        try:
+            layers = cache.layers
+            if cache.offloading is False and type(layers) is list and layers:
+                tensors = []
+                for layer in layers:
+                    if type(layer) is not static_layer or layer.is_initialized is not True:
+                        break
+                    tensors += (layer.keys, layer.values, layer.cumulative_length)
+                else:
+                    return tensors
+            missing = None
+        except AttributeError as error:
+            missing = error.name or str(error)
+        why, mismatch = self._why_not_graphable(cache, missing)
+        if mismatch:
+            self._mismatch(f"a decode step on a {type(cache).__name__} {why}")
+        elif why is not None:
+            self._say_once(
+                f"decode steps on a {type(cache).__name__} run eagerly: it {why}", UserWarning
+            )
+        return None
+
+    def _why_not_graphable(self, cache: Any, missing: str | None) -> tuple[str | None, bool]:
+        """Why a decode step's cache is not graphed, and whether that is an API mismatch (what
+        graph_generation looks for is not there) rather than a cache it leaves eager by design:
+        a dynamic one (it grows), an offloading one (it moves its tensors), one with a
+        sliding-window or other StaticLayer subclass (it keeps a Python int the graph would bake
+        in), one the prefill has not allocated."""
+        static_layer = self._api.static_layer
+        layers = getattr(cache, "layers", None)
+        if not isinstance(cache, self._api.static_cache) and not (
+            isinstance(layers, list | tuple) and any(isinstance(x, static_layer) for x in layers)
+        ):
+            if missing is None and isinstance(cache, self._api.cache):
+                return (
+                    "is not a static cache: only decode steps on a StaticCache are graphed "
+                    '(generate(..., cache_implementation="static"), or a StaticCache passed)',
+                    False,
+                )
+            return None, False
+        if missing is not None:
+            return f"has no `{missing}` (a StaticCache's or its StaticLayer's)", True
+        if type(layers) is not list or not layers:
+            return f"has no list of layers as `layers` (found {type(layers).__name__})", True
+        if not isinstance(cache.offloading, bool):
+            return f"has an `offloading` of {type(cache.offloading).__name__}, not a bool", True
+        if cache.offloading:
+            return "offloads its layers, moving their tensors, which a graph holds in place", False
+        kinds = sorted({type(x).__name__ for x in layers if type(x) is not static_layer})
+        if not any(isinstance(x, static_layer) for x in layers):
+            # A StaticCache with no layer graph_generation recognizes: StaticLayer has moved.
+            return (
+                f"has layers of kinds {', '.join(kinds)}, none of them a transformers.cache_utils."
+                "StaticLayer, the layer graph_generation graphs",
+                True,
+            )
+        if kinds:
+            return (
+                f"has layers of kinds {', '.join(kinds)}: only a StaticLayer is graphed (a "
+                "sliding window keeps its length as a Python int, which a graph would bake in)",
+                False,
+            )
+        return "has layers the prefill did not allocate", False
+
+    def _checked(self, cache: Any, tensors: list[Any]) -> bool:
+        """A new cache's layer tensors are tensors (warned otherwise)."""
+        for index, tensor in enumerate(tensors):
+            if not isinstance(tensor, torch.Tensor):
+                name = _LAYER_TENSORS[index % len(_LAYER_TENSORS)]
+                self._mismatch(
+                    f"a decode step on a {type(cache).__name__} whose StaticLayer.{name} is a "
+                    f"{type(tensor).__name__}, not a tensor"
+                )
+                return False
+        return True
+
+    def _held_for(self, cache: Any, tensors: list[torch.Tensor]) -> _Held | None:
+        """The held set of this cache's shape, with the cache bound to it: found (the cache is
+        bound already), made of the cache's own tensors (the first of its shape), or adopted (its
+        values copied in, its layers re-bound). None for tensors the graph cannot hold. Called
+        under the lock."""
+        for held in self._held.values():
+            if held.tensors[0] is tensors[0] and held.bound(tensors):
+                if held.owner is None or held.owner() is not cache:
+                    held.owner = weakref.ref(cache)
+                return held
+        if not self._checked(cache, tensors):
+            return None
+        # A set per thread: generate() reads its cache between decode steps too (its length, for
+        # the mask), where no adoption on another thread may change it.
+        key = (threading.get_ident(), _shape_of(tensors))
+        held = self._held.get(key)
+        if held is None:
+            held = _Held(tensors)
+            self._held[key] = held
+            while len(self._held) > self._max_held:
+                self._held.popitem(last=False)  # the cache bound to it keeps its tensors
+        else:
+            self._held.move_to_end(key)
+            self._adopt(held, cache, tensors)
+        held.owner = weakref.ref(cache)
+        return held
+
+    def _adopt(self, held: _Held, cache: Any, tensors: list[torch.Tensor]) -> None:
+        """Copies `cache`'s values into the held tensors and re-binds its layers to them, after
+        giving the cache bound to them before, if alive, copies of its own."""
+        self._wait_for(held)
+        previous = held.owner() if held.owner is not None else None
+        with torch.no_grad():
+            if previous is not None and previous is not cache:
+                if self._rebind(previous, held.tensors, lambda tensor: tensor.clone()):
+                    self.cache_copies_out += 1
+                    if held.stream is not None:
+                        # The previous owner's own work, if it runs on its stream, follows the copy.
+                        held.stream.wait_stream(torch.cuda.current_stream(self.graphed.device))
+            for mine, theirs in zip(held.tensors, tensors, strict=True):
+                mine.copy_(theirs)
+            self._rebind(cache, tensors, None, held.tensors)
+        self.cache_adoptions += 1
+
+    @staticmethod
+    def _rebind(cache: Any, tensors: list[torch.Tensor], copy: Any, to: Any = None) -> bool:
+        """Binds each layer's attribute that is `tensors[i]` to `to[i]` (or `copy(tensors[i])`);
+        whether any was."""
+        changed = False
+        per_layer = len(_LAYER_TENSORS)
+        for index, tensor in enumerate(tensors):
+            layer = cache.layers[index // per_layer]
+            name = _LAYER_TENSORS[index % per_layer]
+            if getattr(layer, name, None) is tensor:
+                setattr(layer, name, copy(tensor) if to is None else to[index])
+                changed = True
+        return changed
+
+    def _wait_for(self, held: _Held) -> None:
+        """The current stream waits for the work of another stream that used the held tensors."""
+        if held.stream is not None:
+            current = torch.cuda.current_stream(self.graphed.device)
+            if held.stream != current:
+                current.wait_stream(held.stream)
+
+    # -- the handle ------------------------------------------------------------------------
+
     def stats(self) -> dict[str, Any]:
-        """The decode runner's stats() (graphs, captures, replays, ...) and `eager_forwards`: the
-        model's forwards that ran eagerly without reaching it (prefills, other caches)."""
-        return {**self.graphed.stats(), "eager_forwards": self.eager_forwards}
+        """The decode runner's stats() (graphs, captures, replays, ...) and this handle's counts:
+        `eager_forwards` (the model's forwards that ran eagerly without reaching it: prefills,
+        other caches), `api_mismatches` (decode steps among those that ran eagerly because
+        something graph_generation looks for in transformers was not found; warned once),
+        `held_caches` (the sets of cache tensors the graphs hold: one per shape and generating
+        thread), `cache_adoptions` (caches copied into those and re-bound to them: one per
+        request on a cache generate() made) and `cache_copies_out` (caches still alive given
+        copies of their own when another adopted the held tensors)."""
+        return {
+            **self.graphed.stats(),
+            "eager_forwards": self.eager_forwards,
+            "api_mismatches": self.api_mismatches,
+            "held_caches": len(self._held),
+            "cache_adoptions": self.cache_adoptions,
+            "cache_copies_out": self.cache_copies_out,
+        }
 
     def remove(self) -> None:
-        """Puts the model's forward and get_compiled_call back and drops the graphs."""
+        """Puts the model's forward and get_compiled_call back and drops the graphs (the caches
+        bound to the held tensors keep them)."""
         vars(self.model).pop("forward", None)
         vars(self.model).pop("get_compiled_call", None)
         self.graphed.reset()
+        with self._lock:
+            self._held.clear()
 
 
 def graph_generation(
@@ -170,9 +473,19 @@ def graph_generation(
     **options: Any,
 ) -> GraphedGeneration:
     """Makes `model.generate(...)` replay a graph at every decode step on a static cache
-    (`cache_implementation="static"`, or a `StaticCache` passed as `past_key_values`); the
-    prefill runs eagerly. Changes `model` in place (see GraphedGeneration.remove) and returns the
-    handle. `device` and the other options are GraphedForward's; each graph holds its cache's
-    tensors, so `max_entries` also bounds how many caches stay allocated: pass one StaticCache,
-    `reset()` between requests, and every request replays the same graph."""
+    (`cache_implementation="static"`, or a `StaticCache` passed as the cache); the prefill runs
+    eagerly. Changes `model` in place (see GraphedGeneration.remove) and returns the handle.
+    `device` and the other options are GraphedForward's.
+
+    One graph serves every request of a shape (batch size, cache length, dtype) made on one
+    thread: the graph holds one set of cache tensors per shape (and thread), and a request on
+    another cache of that shape (a new one generate() makes for
+    `cache_implementation="static"`, or one passed) has its values copied into them at its first
+    decode step and its layers re-bound to them. A cache still alive when another takes the
+    tensors over first gets copies of its own, so passing one StaticCache and `reset()`ting it
+    between requests is the cheapest (no copy), and `cache_implementation="static"` costs one
+    copy of the cache per request. `max_entries` bounds the graphs and the sets of tensors
+    held. Raises ImportError without
+    transformers' StaticLayer and ValueError for a forward with no cache parameter it knows; a
+    decode step that runs eagerly because something else was not found warns once."""
     return GraphedGeneration(model, device=device, max_entries=max_entries, **options)

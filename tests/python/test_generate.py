@@ -1,15 +1,24 @@
 """graphed.graph_generation: transformers' own `model.generate(...)` with its decode steps replayed
 from a graph, on tiny random decoders built here (Llama, and Qwen2 as a second family; nothing is
-downloaded). Skipped with the reason when transformers is missing.
+downloaded). Skipped with the reason when transformers is missing. They pass with transformers
+5.17 (the pinned version) through 5.24, which renamed the forward's cache kwarg to `cache`.
 
 On the CPU the emulated backend captures nothing: a replay returns what the capture-time forward
 wrote, so only the first decode step of a capture (the one the capture itself computes) can give
 eager's token there. The CPU tests check the wiring: which forwards reach the graph and how often
-it captures and replays, that the capturing step leaves the cache as eager leaves it, and the
-eager routes (other caches, failed captures, remove). The GPU tests compare every greedy token
-with eager's."""
+it captures and replays, that one graph serves the caches generate() makes per request (their
+prefill values copied into the graph's cache tensors), that a cache kept alive keeps its own
+values when another request takes those tensors over, that the capturing step leaves the cache as
+eager leaves it, the eager routes (other caches, failed captures, remove), and the warnings for
+what graph_generation cannot find in transformers. The GPU tests compare every greedy token with
+eager's."""
 
 from __future__ import annotations
+
+import gc
+import inspect
+import threading
+import warnings
 
 import pytest
 import torch
@@ -22,6 +31,13 @@ import graphed  # noqa: E402
 from transformers import StaticCache  # noqa: E402
 
 PROMPT, NEW_TOKENS, BATCH, CACHE_LENGTH = 5, 6, 2, 16
+# The forward's (and generate()'s) cache kwarg and the output field holding the cache:
+# transformers 5.24 renamed `past_key_values` to `cache` (the old name warns).
+CACHE = (
+    "cache"
+    if "cache" in inspect.signature(transformers.LlamaForCausalLM.forward).parameters
+    else "past_key_values"
+)
 
 
 # The sizes every tiny decoder here shares; no end-of-sequence token, so that every request makes
@@ -59,15 +75,48 @@ def _build(make, device: str) -> torch.nn.Module:
     return make().to(device).eval()
 
 
-def _prompt(model, device: str, seed: int = 1) -> dict:
+def _prompt(model, device: str, seed: int = 1, batch: int = BATCH) -> dict:
     generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(1, model.config.vocab_size, (BATCH, PROMPT), generator=generator)
+    input_ids = torch.randint(1, model.config.vocab_size, (batch, PROMPT), generator=generator)
     input_ids = input_ids.to(device)
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
 
 
-def _generate(model, prompt: dict, new_tokens: int = NEW_TOKENS, **options) -> torch.Tensor:
+def _generate(
+    model, prompt: dict, new_tokens: int = NEW_TOKENS, cache=None, **options
+) -> torch.Tensor:
+    if cache is not None:
+        options[CACHE] = cache
     return model.generate(**prompt, max_new_tokens=new_tokens, do_sample=False, **options)
+
+
+def _generate_keeping_the_cache(model, prompt: dict, **options):
+    """generate() returning (tokens, the cache it decoded on), the cache kept by the caller."""
+    output = _generate(model, prompt, return_dict_in_generate=True, **options)
+    return output.sequences, output[CACHE]
+
+
+def _mixed_requests(model, prompts: list[dict], **options) -> tuple[list, list]:
+    """Requests of one shape in the patterns a server mixes: on a cache generate() makes and
+    returns (kept here), on one it makes and drops, and on a StaticCache passed (kept here), in
+    turn. Returns (each request's tokens, the kept caches)."""
+    tokens, kept = [], []
+    for index, prompt in enumerate(prompts):
+        if index % 3 == 0:
+            got, cache = _generate_keeping_the_cache(
+                model, prompt, cache_implementation="static", **options
+            )
+            kept.append(cache)
+        elif index % 3 == 1:
+            got = _generate(model, prompt, cache_implementation="static", **options)
+        else:
+            # The length generate() sized its own cache to: one shape for every request.
+            length = kept[0].layers[0].keys.shape[-2]
+            cache = StaticCache(config=model.config, max_cache_len=length)
+            got = _generate(model, prompt, cache=cache, **options)
+            kept.append(cache)
+        tokens.append(got)
+    return tokens, kept
 
 
 def _cache_tensors(cache) -> list[torch.Tensor]:
@@ -76,9 +125,18 @@ def _cache_tensors(cache) -> list[torch.Tensor]:
     ]
 
 
+def _prefill_values(cache) -> list[torch.Tensor]:
+    """Each layer's keys and values at the prompt's positions: what the eager prefill wrote."""
+    return [t[:, :, :PROMPT].clone() for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
 def _decode_steps(requests: int, new_tokens: int = NEW_TOKENS) -> int:
     """Forwards after the prefill: the first new token comes from the prefill's logits."""
     return requests * (new_tokens - 1)
+
+
+def _graphed_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if str(w.message).startswith("graphed:")]
 
 
 def test_decode_steps_replay_one_graph_per_cache_and_prefills_run_eager(emulated_backend):
@@ -90,7 +148,7 @@ def test_decode_steps_replay_one_graph_per_cache_and_prefills_run_eager(emulated
     requests = 3
     for _ in range(requests):
         cache.reset()
-        got = _generate(model, prompt, past_key_values=cache)
+        got = _generate(model, prompt, cache=cache)
         # The prefill is eager and the first decode step is the capture's own forward: both are
         # eager's on any backend (later emulated replays repeat the capture's token).
         assert torch.equal(got[:, : PROMPT + 2], want[:, : PROMPT + 2])
@@ -99,6 +157,23 @@ def test_decode_steps_replay_one_graph_per_cache_and_prefills_run_eager(emulated
     assert (stats["captures"], stats["graphs"]) == (1, 1), stats
     assert stats["replays"] == _decode_steps(requests), stats
     assert (stats["eager_forwards"], stats["eager_calls"]) == (requests, 0), stats
+    # The one cache passed is the graph's: nothing copied.
+    assert (stats["held_caches"], stats["cache_adoptions"], stats["cache_copies_out"]) == (1, 0, 0)
+
+
+def test_generate_with_a_static_cache_reaches_the_graph_without_a_warning(emulated_backend):
+    """The call pattern of the docs, on the installed transformers: every decode step reaches the
+    graph (transformers 5.24 passes the cache as `cache`, which an older graph_generation did not
+    look for, and ran every step eagerly without a word)."""
+    model = _build(_llama, "cpu")
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _generate(model, _prompt(model, "cpu"), cache_implementation="static")
+    assert not _graphed_warnings(caught)
+    stats = generation.stats()
+    assert (stats["captures"], stats["replays"]) == (1, _decode_steps(1)), stats
+    assert (stats["eager_forwards"], stats["api_mismatches"]) == (1, 0), stats
 
 
 def test_the_capturing_step_leaves_the_cache_as_eager_leaves_it(emulated_backend):
@@ -107,10 +182,10 @@ def test_the_capturing_step_leaves_the_cache_as_eager_leaves_it(emulated_backend
     model = _build(_llama, "cpu")
     prompt = _prompt(model, "cpu")
     eager_cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
-    want = _generate(model, prompt, 2, past_key_values=eager_cache)
+    want = _generate(model, prompt, 2, cache=eager_cache)
     graphed.graph_generation(model, device="cpu", backend=emulated_backend)
     cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
-    got = _generate(model, prompt, 2, past_key_values=cache)
+    got = _generate(model, prompt, 2, cache=cache)
     assert torch.equal(got, want)
     assert int(cache.layers[0].cumulative_length) == PROMPT + 1
     for index, (mine, eagers) in enumerate(
@@ -119,43 +194,281 @@ def test_the_capturing_step_leaves_the_cache_as_eager_leaves_it(emulated_backend
         torch.testing.assert_close(mine, eagers, rtol=0, atol=0, msg=f"cache tensor {index}")
 
 
-def test_a_new_static_cache_per_request_captures_per_request_within_max_entries(emulated_backend):
-    """generate(cache_implementation="static") makes a new cache each call: a new graph each
-    call, the oldest evicted (with the cache it held) beyond max_entries."""
+def test_the_caches_generate_makes_per_request_share_one_graph(emulated_backend):
+    """generate(cache_implementation="static") makes a new StaticCache per request: one capture
+    serves them all, even with max_entries=1 (the first request's tensors become the graph's;
+    each later request's are copied into them at its first decode step). The caches generate made
+    are gone when the next request comes (no copy out), without a garbage collection."""
     model = _build(_llama, "cpu")
+    requests = 4
+    prompts = [_prompt(model, "cpu", seed) for seed in range(requests)]
+    wants = [_generate(model, prompt, cache_implementation="static") for prompt in prompts]
     generation = graphed.graph_generation(
         model, device="cpu", max_entries=1, backend=emulated_backend
     )
-    requests = 3
-    for _ in range(requests):
-        _generate(model, _prompt(model, "cpu"), cache_implementation="static")
+    gc.disable()
+    try:
+        for prompt, want in zip(prompts, wants, strict=True):
+            got = _generate(model, prompt, cache_implementation="static")
+            assert torch.equal(got[:, : PROMPT + 1], want[:, : PROMPT + 1])  # the eager prefill's
+    finally:
+        gc.enable()
     stats = generation.stats()
-    assert (stats["captures"], stats["graphs"], stats["evictions"]) == (3, 1, 2), stats
+    assert stats["enabled"], stats["disabled_reason"]
+    assert (stats["captures"], stats["graphs"], stats["evictions"]) == (1, 1, 0), stats
     assert stats["replays"] == _decode_steps(requests), stats
+    assert stats["held_caches"] == 1, stats
+    assert (stats["cache_adoptions"], stats["cache_copies_out"]) == (requests - 1, 0), stats
+
+
+def test_an_adopted_cache_holds_its_own_request_and_a_cache_kept_alive_keeps_its_values(
+    emulated_backend,
+):
+    """The cache generate() returns (return_dict_in_generate) is bound to the graph's tensors
+    holding its own prefill; when a later request takes those tensors over, the earlier cache,
+    still held here, first gets copies of its own: its values stay its request's."""
+    model = _build(_llama, "cpu")
+    prompts = [_prompt(model, "cpu", seed) for seed in (1, 2, 3)]
+    wants = []
+    for prompt in prompts:
+        _, eager_cache = _generate_keeping_the_cache(model, prompt, cache_implementation="static")
+        wants.append(_prefill_values(eager_cache))
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    kept = []
+    for prompt, want in zip(prompts, wants, strict=True):
+        _, cache = _generate_keeping_the_cache(model, prompt, cache_implementation="static")
+        kept.append(cache)
+        for index, (mine, eagers) in enumerate(zip(_prefill_values(cache), want, strict=True)):
+            torch.testing.assert_close(mine, eagers, rtol=0, atol=0, msg=f"tensor {index}")
+    for cache, want in zip(kept, wants, strict=True):
+        for index, (mine, eagers) in enumerate(zip(_prefill_values(cache), want, strict=True)):
+            torch.testing.assert_close(mine, eagers, rtol=0, atol=0, msg=f"kept tensor {index}")
+    pointers = [{t.data_ptr() for t in _cache_tensors(cache)} for cache in kept]
+    assert all(a.isdisjoint(b) for i, a in enumerate(pointers) for b in pointers[i + 1 :])
+    stats = generation.stats()
+    assert stats["captures"] == 1, stats
+    assert (stats["cache_adoptions"], stats["cache_copies_out"]) == (2, 2), stats
+
+
+def test_a_cache_passed_again_takes_the_graph_back_from_another(emulated_backend):
+    """Two StaticCaches passed in turn, both alive: each request on the one not bound to the
+    graph's tensors copies the other out and its own values in; one graph throughout."""
+    model = _build(_llama, "cpu")
+    prompts = [_prompt(model, "cpu", seed) for seed in (1, 2)]
+    wants = []
+    for prompt in prompts:
+        eager_cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
+        _generate(model, prompt, cache=eager_cache)
+        wants.append(_prefill_values(eager_cache))
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    caches = [StaticCache(config=model.config, max_cache_len=CACHE_LENGTH) for _ in prompts]
+    for _ in range(2):
+        for cache, prompt in zip(caches, prompts, strict=True):
+            cache.reset()
+            _generate(model, prompt, cache=cache)
+    for cache, want in zip(caches, wants, strict=True):
+        for index, (mine, eagers) in enumerate(zip(_prefill_values(cache), want, strict=True)):
+            torch.testing.assert_close(mine, eagers, rtol=0, atol=0, msg=f"tensor {index}")
+    stats = generation.stats()
+    assert (stats["captures"], stats["held_caches"]) == (1, 1), stats
+    # The first request binds its own cache; each of the three after it adopts and copies out.
+    assert (stats["cache_adoptions"], stats["cache_copies_out"]) == (3, 3), stats
+
+
+def test_adopted_and_copied_out_caches_hold_eagers_values_when_the_steps_run_eager(
+    emulated_backend,
+):
+    """With the runner disabled, each decode step runs the model's own forward on the graph's
+    cache tensors, which gives real values on the CPU: across requests on caches generate()
+    makes (some kept), and StaticCaches passed, every token and every kept cache is eager's, so
+    the adoptions copy each request's values in and the copies out give the kept caches theirs."""
+    model = _build(_llama, "cpu")
+    prompts = [_prompt(model, "cpu", seed) for seed in range(6)]
+    want_tokens, want_caches = _mixed_requests(model, prompts)
+    generation = graphed.graph_generation(
+        model, device="cpu", enabled=False, backend=emulated_backend
+    )
+    got_tokens, got_caches = _mixed_requests(model, prompts)
+    for index, (got, want) in enumerate(zip(got_tokens, want_tokens, strict=True)):
+        assert torch.equal(got, want), f"request {index}"
+    for index, (got, want) in enumerate(zip(got_caches, want_caches, strict=True)):
+        for mine, eagers in zip(_cache_tensors(got), _cache_tensors(want), strict=True):
+            torch.testing.assert_close(mine, eagers, rtol=0, atol=0, msg=f"kept cache {index}")
+    stats = generation.stats()
+    assert stats["eager_calls"] == _decode_steps(len(prompts)), stats
+    assert stats["cache_adoptions"] == len(prompts) - 1, stats
+    # Each kept cache but the last is copied out by the request after it; the caches not kept
+    # are gone by then.
+    assert stats["cache_copies_out"] == len(got_caches) - 1, stats
+
+
+def test_requests_from_two_threads_each_have_their_own_cache_tensors(emulated_backend):
+    """Two threads generating at once on caches of one shape that generate() makes: each thread
+    has its own set of the graph's cache tensors (generate() reads the cache between decode steps,
+    where another thread's adoption must not change it), and with the steps run eagerly on those
+    tensors (runner disabled: real values on the CPU) every token is eager's."""
+    model = _build(_llama, "cpu")
+    prompts = {
+        thread: [_prompt(model, "cpu", 10 * thread + i) for i in range(3)] for thread in (1, 2)
+    }
+    wants = {
+        thread: [_generate(model, prompt, cache_implementation="static") for prompt in mine]
+        for thread, mine in prompts.items()
+    }
+    generation = graphed.graph_generation(
+        model, device="cpu", enabled=False, backend=emulated_backend
+    )
+    got, errors = {}, []
+
+    def requests(thread: int) -> None:
+        try:
+            got[thread] = [
+                _generate(model, prompt, cache_implementation="static")
+                for prompt in prompts[thread]
+            ]
+        except BaseException as error:  # raised again below, in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=requests, args=(thread,)) for thread in prompts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    for thread, mine in wants.items():
+        for index, want in enumerate(mine):
+            assert torch.equal(got[thread][index], want), f"thread {thread}, request {index}"
+    stats = generation.stats()
+    assert stats["eager_calls"] == _decode_steps(6), stats
+    assert stats["held_caches"] == 2, stats
+    # Each thread's first cache becomes its set; its two later ones adopt it; none is kept.
+    assert (stats["cache_adoptions"], stats["cache_copies_out"]) == (4, 0), stats
+
+
+def test_each_batch_size_has_its_graph_and_its_cache_tensors(emulated_backend):
+    model = _build(_llama, "cpu")
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    for batch in (2, 1, 2, 1):
+        _generate(model, _prompt(model, "cpu", batch=batch), cache_implementation="static")
+    stats = generation.stats()
+    assert (stats["captures"], stats["graphs"], stats["held_caches"]) == (2, 2, 2), stats
+    assert (stats["cache_adoptions"], stats["cache_copies_out"]) == (2, 0), stats
+    assert stats["replays"] == _decode_steps(4), stats
 
 
 @pytest.mark.parametrize(
-    ("make", "options"),
+    ("make", "options", "named"),
     [
-        pytest.param(_llama, {}, id="dynamic-cache"),
+        pytest.param(_llama, {}, "DynamicCache", id="dynamic-cache"),
         pytest.param(
             _mistral_with_a_sliding_window,
             {"cache_implementation": "static"},
+            "StaticSlidingWindowLayer",
             id="sliding-window-static-cache",
         ),
     ],
 )
-def test_caches_a_graph_cannot_hold_run_every_forward_eager(make, options, emulated_backend):
+def test_caches_a_graph_cannot_hold_run_every_forward_eager(make, options, named, emulated_backend):
     """A dynamic cache grows; a sliding-window layer keeps its length as a Python int, which a
-    graph would bake in: every forward runs the model's own, with eager's tokens."""
+    graph would bake in: every forward runs the model's own, with eager's tokens; one warning
+    says why (no API mismatch)."""
     model = _build(make, "cpu")
     prompt = _prompt(model, "cpu")
     want = _generate(model, prompt, **options)
     generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
-    assert torch.equal(_generate(model, prompt, **options), want)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert torch.equal(_generate(model, prompt, **options), want)
+        assert torch.equal(_generate(model, prompt, **options), want)
+    said = _graphed_warnings(caught)
+    assert len(said) == 1 and named in said[0] and "run eagerly" in said[0], said
     stats = generation.stats()
-    assert (stats["captures"], stats["replays"]) == (0, 0), stats
-    assert stats["eager_forwards"] == NEW_TOKENS, stats
+    assert (stats["captures"], stats["replays"], stats["api_mismatches"]) == (0, 0, 0), stats
+    assert stats["eager_forwards"] == 2 * NEW_TOKENS, stats
+
+
+def test_a_static_layer_it_does_not_know_is_said_once(emulated_backend, monkeypatch):
+    """As if transformers had moved StaticLayer (the class graph_generation recognizes a static
+    cache's layers by): the decode steps on a StaticCache run eagerly, with eager's tokens, and
+    one warning names the transformers version and what was not found."""
+    model = _build(_llama, "cpu")
+    prompt = _prompt(model, "cpu")
+    want = _generate(model, prompt, cache_implementation="static")
+    cache_utils = transformers.cache_utils
+    moved = type("StaticLayer", (cache_utils.StaticLayer,), {})
+    monkeypatch.setattr(cache_utils, "StaticLayer", moved)
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    with pytest.warns(RuntimeWarning, match=f"transformers {transformers.__version__}") as caught:
+        assert torch.equal(_generate(model, prompt, cache_implementation="static"), want)
+        assert torch.equal(_generate(model, prompt, cache_implementation="static"), want)
+    said = _graphed_warnings(caught)
+    assert len(said) == 1 and "StaticLayer" in said[0], said
+    stats = generation.stats()
+    assert (stats["captures"], stats["api_mismatches"]) == (0, _decode_steps(2)), stats
+
+
+def test_a_layer_attribute_it_cannot_find_is_said_once(emulated_backend):
+    """As if transformers had renamed StaticLayer's length tensor: a decode step on such a cache
+    warns once, naming it, and runs the model's own forward (which here fails on the renamed
+    attribute, as it is transformers' own)."""
+    model = _build(_llama, "cpu")
+    prompt = _prompt(model, "cpu")
+    cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
+    _generate(model, prompt, 1, cache=cache)
+    for layer in cache.layers:
+        layer.renamed_length = vars(layer).pop("cumulative_length")
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    step = {"input_ids": prompt["input_ids"][:, -1:], "use_cache": True, CACHE: cache}
+    with pytest.warns(RuntimeWarning, match="cumulative_length") as caught:
+        with pytest.raises(AttributeError, match="cumulative_length"):
+            model(**step)
+        with pytest.raises(AttributeError, match="cumulative_length"):
+            model(**step)
+    said = _graphed_warnings(caught)
+    assert len(said) == 1 and f"transformers {transformers.__version__}" in said[0], said
+    assert generation.stats()["api_mismatches"] == 2
+
+
+def test_a_decode_step_without_a_cache_it_can_find_is_said_once(emulated_backend):
+    """As if generate() passed its cache under a name graph_generation does not look for: a
+    forward of one token a row with use_cache=True and no cache warns once, naming the kwargs."""
+    model = _build(_llama, "cpu")
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    step = {"input_ids": _prompt(model, "cpu")["input_ids"][:, -1:], "use_cache": True}
+    with pytest.warns(RuntimeWarning, match="no cache as 'cache' or 'past_key_values'") as caught:
+        model(**step)
+        model(**step)
+    said = _graphed_warnings(caught)
+    assert len(said) == 1 and "input_ids, use_cache" in said[0], said
+    stats = generation.stats()
+    assert (stats["api_mismatches"], stats["eager_forwards"], stats["captures"]) == (2, 2, 0)
+
+
+def test_what_graph_generation_cannot_work_without_is_refused_or_said_at_once(
+    emulated_backend, monkeypatch
+):
+    """A forward with no cache parameter it knows, and a transformers without StaticLayer, are
+    refused when graph_generation is called; a model without get_compiled_call (through which
+    generate() compiles the decode step) is warned about."""
+
+    class CacheUnderAnotherName(transformers.LlamaForCausalLM):
+        def forward(self, input_ids=None, kv_cache=None, **kwargs):
+            return super().forward(input_ids=input_ids, **kwargs)
+
+    class NoCompiledCall(transformers.LlamaForCausalLM):
+        get_compiled_call = None
+
+    config = transformers.LlamaConfig(**TINY)
+    with pytest.raises(ValueError, match="takes none of 'cache', 'past_key_values'"):
+        graphed.graph_generation(
+            CacheUnderAnotherName(config), device="cpu", backend=emulated_backend
+        )
+    with pytest.warns(RuntimeWarning, match="has no get_compiled_call"):
+        graphed.graph_generation(NoCompiledCall(config), device="cpu", backend=emulated_backend)
+    monkeypatch.delattr(transformers.cache_utils, "StaticLayer")
+    with pytest.raises(ImportError, match=f"transformers {transformers.__version__} has no"):
+        graphed.graph_generation(_build(_llama, "cpu"), device="cpu", backend=emulated_backend)
 
 
 def test_a_disabled_runner_gives_eager_tokens_at_every_step(emulated_backend):
@@ -169,11 +482,12 @@ def test_a_disabled_runner_gives_eager_tokens_at_every_step(emulated_backend):
     generation = graphed.graph_generation(
         model, device="cpu", enabled=False, backend=emulated_backend
     )
-    assert torch.equal(_generate(model, prompt, cache_implementation="static"), want)
+    for _ in range(2):
+        assert torch.equal(_generate(model, prompt, cache_implementation="static"), want)
     stats = generation.stats()
     assert not stats["enabled"] and stats["disabled_reason"], stats
     assert (stats["captures"], stats["replays"]) == (0, 0), stats
-    assert stats["eager_calls"] == _decode_steps(1), stats
+    assert stats["eager_calls"] == _decode_steps(2), stats
 
 
 def test_generate_does_not_compile_the_graphed_decode_step(emulated_backend):
@@ -216,7 +530,7 @@ def test_greedy_tokens_equal_eager_at_every_decode_step_on_the_gpu(family, dtype
     wants = []
     for prompt in prompts:
         eager_cache.reset()
-        wants.append(_generate(model, prompt, past_key_values=eager_cache, disable_compile=True))
+        wants.append(_generate(model, prompt, cache=eager_cache, disable_compile=True))
     fresh_wants = [
         _generate(model, prompt, cache_implementation="static", disable_compile=True)
         for prompt in prompts
@@ -225,12 +539,43 @@ def test_greedy_tokens_equal_eager_at_every_decode_step_on_the_gpu(family, dtype
     cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
     for prompt, want in zip(prompts, wants, strict=True):
         cache.reset()
-        assert torch.equal(_generate(model, prompt, past_key_values=cache), want)
+        assert torch.equal(_generate(model, prompt, cache=cache), want)
     stats = generation.stats()
     assert stats["enabled"], stats["disabled_reason"]
     assert (stats["captures"], stats["replays"]) == (1, _decode_steps(len(prompts))), stats
+    # generate()'s own caches (another length than the one passed: a second shape), one graph
+    # for all of them.
     for prompt, want in zip(prompts, fresh_wants, strict=True):
         assert torch.equal(_generate(model, prompt, cache_implementation="static"), want)
     stats = generation.stats()
-    assert stats["captures"] == 1 + len(prompts), stats
+    assert stats["captures"] == 2, stats
     assert stats["replays"] == _decode_steps(2 * len(prompts)), stats
+    assert (stats["cache_adoptions"], stats["api_mismatches"]) == (len(prompts) - 1, 0), stats
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_requests_on_caches_generate_makes_and_caches_kept_alive_on_the_gpu(family):
+    """Requests on the caches generate() makes, with some of those caches kept (returned by
+    return_dict_in_generate) and a StaticCache passed in between, all of one shape: one capture,
+    every token eager's, and every kept cache exactly the eager request's cache at the end."""
+    model = _build(FAMILIES[family], "cuda").to(torch.bfloat16)
+    prompts = [_prompt(model, "cuda", seed) for seed in range(6)]
+    want_tokens, want_caches = _mixed_requests(model, prompts, disable_compile=True)
+    generation = graphed.graph_generation(model, device="cuda")
+    got_tokens, got_caches = _mixed_requests(model, prompts)
+    for index, (got, want) in enumerate(zip(got_tokens, want_tokens, strict=True)):
+        assert torch.equal(got, want), f"request {index}"
+    # Another request's values in a kept cache would differ by far more than bf16's tolerance.
+    for index, (got, want) in enumerate(zip(got_caches, want_caches, strict=True)):
+        for mine, eagers in zip(_cache_tensors(got), _cache_tensors(want), strict=True):
+            torch.testing.assert_close(mine, eagers, msg=f"kept cache {index}")
+    stats = generation.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert (stats["captures"], stats["held_caches"]) == (1, 1), stats
+    assert stats["replays"] == _decode_steps(len(prompts)), stats
+    assert stats["cache_adoptions"] == len(prompts) - 1, stats
+    # Each kept cache but the last is copied out by the request after it; the caches not kept
+    # are gone by then.
+    assert stats["cache_copies_out"] == len(got_caches) - 1, stats
