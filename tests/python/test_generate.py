@@ -1,7 +1,8 @@
 """graphed.graph_generation: transformers' own `model.generate(...)` with its decode steps replayed
-from a graph, on tiny random decoders built here (Llama, and Qwen2 as a second family; nothing is
-downloaded). Skipped with the reason when transformers is missing. They pass with transformers
-5.17 (the pinned version) through 5.24, which renamed the forward's cache kwarg to `cache`.
+from a graph, on tiny random decoders built here (Llama, with Qwen2 and Mixtral as other
+families; nothing is downloaded). Skipped with the reason when transformers is missing. They pass
+with transformers 5.17 (the pinned version) through 5.24, which renamed the forward's cache kwarg
+to `cache`.
 
 On the CPU the emulated backend captures nothing: a replay returns what the capture-time forward
 wrote, so only the first decode step of a capture (the one the capture itself computes) can give
@@ -67,7 +68,13 @@ def _mistral_with_a_sliding_window() -> torch.nn.Module:
     return transformers.MistralForCausalLM(transformers.MistralConfig(**TINY, sliding_window=4))
 
 
-FAMILIES = {"llama": _llama, "qwen2": _qwen2}
+def _mixtral() -> torch.nn.Module:
+    """A mixture of experts (the router picks two of four experts a token)."""
+    config = transformers.MixtralConfig(**TINY, num_local_experts=4, num_experts_per_tok=2)
+    return transformers.MixtralForCausalLM(config)
+
+
+FAMILIES = {"llama": _llama, "qwen2": _qwen2, "mixtral": _mixtral}
 
 
 def _build(make, device: str) -> torch.nn.Module:
