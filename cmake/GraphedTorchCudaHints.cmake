@@ -70,7 +70,10 @@ if(CUDA_TOOLKIT_ROOT_DIR AND NOT EXISTS "${CUDA_TOOLKIT_ROOT_DIR}/lib64"
     file(MAKE_DIRECTORY "${_graphed_cuda_links}")
     file(CREATE_LINK "${_graphed_versioned_cudart}" "${_graphed_cuda_links}/libcudart.so" SYMBOLIC)
     list(APPEND CMAKE_LIBRARY_PATH "${_graphed_cuda_links}")
-    string(APPEND CMAKE_CUDA_FLAGS " -L${CUDA_TOOLKIT_ROOT_DIR}/lib")
+    # Kept apart too: CMakeLists.txt empties CMAKE_CUDA_FLAGS of torch's -gencode list later and
+    # puts this back. Quoted for a path with spaces.
+    set(GRAPHED_CUDA_LINK_FLAGS "-L\"${CUDA_TOOLKIT_ROOT_DIR}/lib\"")
+    string(APPEND CMAKE_CUDA_FLAGS " ${GRAPHED_CUDA_LINK_FLAGS}")
   endif()
 endif()
 if(NOT CUDA_nvrtc_LIBRARY)

@@ -189,8 +189,8 @@ fi
 # hooks in test_changed_state.py) run these, pinned, on the
 # emulated backend in every test run; their own dependencies come with them.
 TEST_PACKAGES=(diffusers==0.42.1 transformers==5.17.0 accelerate==1.15.0)
-# The newest releases of the same three that install (transformers 5.25.0 needs a `kernels` the
-# package index does not carry yet): test.sh runs the third-party tests on them too, so that what
+# The newest releases of the same three that install (transformers 5.25.0 needs kernels>=0.19.1,
+# which did not install here when this was written): test.sh runs the third-party tests on them too, so that what
 # users install today is tested beside the pins. They go into .venv-newest, a virtualenv that sees
 # .venv's packages (torch, graphed) through a .pth file, so that only what differs is installed
 # (about 0.2 GB, not a second torch). Raise these pins when a newer release appears.
@@ -208,27 +208,59 @@ for pinned in sys.argv[1:]:
         raise SystemExit(1)
 PY
 }
-if ((want_tests)) && ! packages_complete "$VENV/bin/python" "${TEST_PACKAGES[@]}"; then
-  log "pip install ${TEST_PACKAGES[*]} (the third-party model tests)"
-  run_logged "$LOGS/pip-install-tests.log" "$VENV/bin/python" -m pip install \
-    --disable-pip-version-check --no-cache-dir "${TEST_PACKAGES[@]}" "torch==$TORCH_VERSION"
-  packages_complete "$VENV/bin/python" "${TEST_PACKAGES[@]}" ||
-    die "${TEST_PACKAGES[*]} are still missing after pip install"
-fi
-if ((want_tests)) && ! packages_complete "$NEWEST/bin/python" "${NEWEST_PACKAGES[@]}"; then
-  log "pip install ${NEWEST_PACKAGES[*]} into .venv-newest (the third-party tests, newest releases)"
-  site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+if ((want_tests)); then
+  # Made again when .venv was made anew with another Python; the .pth is written every run.
+  if [[ -x $NEWEST/bin/python ]] &&
+    [[ $("$NEWEST/bin/python" -V 2>&1) != $("$VENV/bin/python" -V 2>&1) ]]; then
+    rm -rf "$NEWEST"
+  fi
   if [[ ! -x $NEWEST/bin/python ]]; then
     rm -rf "$NEWEST"
     "$VENV/bin/python" -m venv "$NEWEST"
   fi
   # Its own site-packages first, then .venv's: a newer dependency installed here shadows .venv's.
   site_of "$VENV/bin/python" >"$(site_of "$NEWEST/bin/python")/zz-graphed-base.pth"
-  run_logged "$LOGS/pip-install-newest.log" "$NEWEST/bin/python" -m pip install \
-    --disable-pip-version-check --no-cache-dir "${NEWEST_PACKAGES[@]}" "torch==$TORCH_VERSION"
-  packages_complete "$NEWEST/bin/python" "${NEWEST_PACKAGES[@]}" ||
-    die "${NEWEST_PACKAGES[*]} are still missing in .venv-newest after pip install"
 fi
+# Both installs, one after the other; run in the background while the XPU tools and the build go
+# on (they are mostly downloads, the build is compiles: about a minute less on two cores). Nothing
+# the build reads changes (torch is pinned); pip touches .venv again only once this is done.
+third_party_installs() {
+  if ! packages_complete "$VENV/bin/python" "${TEST_PACKAGES[@]}"; then
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-cache-dir \
+      "${TEST_PACKAGES[@]}" "torch==$TORCH_VERSION" || return 1
+    packages_complete "$VENV/bin/python" "${TEST_PACKAGES[@]}" ||
+      { echo "${TEST_PACKAGES[*]} are still missing after pip install"; return 1; }
+  fi
+  if ! packages_complete "$NEWEST/bin/python" "${NEWEST_PACKAGES[@]}"; then
+    "$NEWEST/bin/python" -m pip install --disable-pip-version-check --no-cache-dir \
+      "${NEWEST_PACKAGES[@]}" "torch==$TORCH_VERSION" || return 1
+    packages_complete "$NEWEST/bin/python" "${NEWEST_PACKAGES[@]}" ||
+      { echo "${NEWEST_PACKAGES[*]} are still missing in .venv-newest after pip install"; return 1; }
+  fi
+}
+third_party_pid=""
+if ((want_tests)) && { ! packages_complete "$VENV/bin/python" "${TEST_PACKAGES[@]}" ||
+  ! packages_complete "$NEWEST/bin/python" "${NEWEST_PACKAGES[@]}"; }; then
+  log "pip install ${TEST_PACKAGES[*]}, and ${NEWEST_PACKAGES[*]} into .venv-newest, in the" \
+    "background (the third-party tests; log: build/setup-logs/pip-install-tests.log)"
+  third_party_installs >"$LOGS/pip-install-tests.log" 2>&1 &
+  third_party_pid=$!
+fi
+# Waits for the background installs; fails setup as run_logged does when they failed.
+wait_for_third_party_installs() {
+  [[ -n $third_party_pid ]] || return 0
+  local rc=0
+  wait "$third_party_pid" || rc=$?
+  third_party_pid=""
+  if ((rc != 0)); then
+    printf '[setup] error: the third-party test packages did not install; last lines of %s:\n' \
+      "$LOGS/pip-install-tests.log" >&2
+    tail -n 80 "$LOGS/pip-install-tests.log" >&2
+    exit 1
+  fi
+  log "the third-party test packages are installed"
+}
 
 # ---- XPU test tools: begin ---------------------------------------------------------------------
 # Only with --tests (the demo never uses them). What the `xpu` ctest label needs besides
@@ -340,6 +372,7 @@ if [[ -n $torch_cuda_site ]]; then
       "builds without its CUDA backend (set CUDA_HOME to a CUDA $cuda_major toolkit)"
   else
     if ! nvcc_wheels_complete "$torch_cuda"; then
+      wait_for_third_party_installs # one pip at a time in .venv
       pins=()
       for wheel in "${NVCC_WHEELS[@]}"; do
         pins+=("$wheel==$torch_cuda.*")
@@ -387,6 +420,7 @@ run_logged "$LOGS/build.log" env "${build_env[@]}" "$VENV/bin/python" -m pip whe
   "$ROOT"
 grep -E '^ *-- graphed:' "$LOGS/build.log" | sed 's/^ *-- /[setup] /' || true
 wheel=$(ls "$DIST"/graphed-*.whl)
+wait_for_third_party_installs # one pip at a time in .venv
 run_logged "$LOGS/install.log" "$VENV/bin/python" -m pip install \
   --disable-pip-version-check --no-deps --force-reinstall "$wheel"
 log "ready: $(basename "$wheel") installed into .venv"

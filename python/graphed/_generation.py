@@ -20,9 +20,10 @@ graph reads and writes those tensors where they are. What this file does, and on
   a shape replays one graph, and the cache generate returns or the caller holds is one
   consistent object. The cache last bound is tracked by a weak reference: if it is still alive
   when another cache adopts the held tensors, it first gets copies of its own ("copied out"), so
-  it never sees another request's values. Each thread that generates has sets of its own:
-  generate() reads the cache between decode steps too (its length, for the mask), where an
-  adoption on another thread could change it.
+  it never sees another request's values. A set is taken from another thread only once its
+  cache is gone: generate() reads the cache between decode steps too (its length, for the mask),
+  where an adoption on another thread could change it; requests of one shape in flight on
+  several threads at once each get a set and a graph (see GraphedGeneration._held_for).
 - `model.get_compiled_call` returns the model's plain call: generate() would otherwise wrap the
   decode step in torch.compile on a GPU with a static cache, and compile would trace past the
   graph.
@@ -110,16 +111,22 @@ def _shape_of(tensors: list[torch.Tensor]) -> tuple:
 
 class _Held:
     """One shape's cache tensors, those its decode graph reads and writes: the layers' tensors in
-    _LAYER_TENSORS order, the cache bound to them now (a weak reference), the stream that last
-    used them (CUDA) and the variant naming them."""
+    _LAYER_TENSORS order, their shape, the cache bound to them now (a weak reference) and the
+    thread that last stepped it, the stream that last used them (CUDA) and the variant naming
+    them."""
 
-    __slots__ = ("owner", "serial", "stream", "tensors")
+    __slots__ = ("owner", "serial", "shape", "stream", "thread", "tensors")
 
     def __init__(self, tensors: list[torch.Tensor]) -> None:
         self.tensors = tensors
+        self.shape = _shape_of(tensors)
         self.owner: weakref.ref | None = None
+        self.thread = threading.get_ident()
         self.stream: Any = None
         self.serial = next(_serials)
+
+    def owner_alive(self) -> bool:
+        return self.owner is not None and self.owner() is not None
 
     def bound(self, tensors: list[torch.Tensor]) -> bool:
         """Whether these are the held tensors themselves (a cache bound to them)."""
@@ -197,7 +204,7 @@ class GraphedGeneration:
         self._step = _DecodeStep(model, self._model_forward)
         self.graphed = GraphedForward(self._step, max_entries=max_entries, **options)
         self._max_held = max_entries
-        self._held: OrderedDict[tuple, _Held] = OrderedDict()
+        self._held: OrderedDict[int, _Held] = OrderedDict()  # by serial, least recent first
         self._lock = threading.RLock()
         self._warned: set[str] = set()
         self._on_cuda = self.graphed.device.type == "cuda"
@@ -223,6 +230,12 @@ class GraphedGeneration:
                 (name, None),
             )
         if args or kwargs.get("return_dict") is False or not _one_token_a_row(kwargs):
+            if "decoder_input_ids" in kwargs:
+                self._say_once(
+                    "decode steps of an encoder-decoder model (decoder_input_ids) run eagerly: "
+                    "graph_generation graphs decoder-only models' steps",
+                    UserWarning,
+                )
             return self._eager(args, kwargs, cache)
         if cache is None:
             if kwargs.get("use_cache"):
@@ -232,8 +245,7 @@ class GraphedGeneration:
                     f"{', '.join(kwargs)}): graph_generation finds no cache to graph"
                 )
             return self._eager(args, kwargs, None)
-        # Read under the lock: a cache another thread used before is bound to that thread's set,
-        # whose next adoption re-binds it.
+        # Under the lock: which set a cache is bound to, and which a new cache takes (_held_for).
         with self._lock:
             tensors = self._layer_tensors(cache)
             held = None if tensors is None else self._held_for(cache, tensors)
@@ -327,7 +339,9 @@ class GraphedGeneration:
         if not isinstance(cache, self._api.static_cache) and not (
             isinstance(layers, list | tuple) and any(isinstance(x, static_layer) for x in layers)
         ):
-            if missing is None and isinstance(cache, self._api.cache):
+            # Any other Cache (a DynamicCache, an encoder-decoder model's EncoderDecoderCache,
+            # which has no `layers` of its own) is said once too.
+            if isinstance(cache, self._api.cache):
                 return (
                     "is not a static cache: only decode steps on a StaticCache are graphed "
                     '(generate(..., cache_implementation="static"), or a StaticCache passed)',
@@ -371,30 +385,49 @@ class GraphedGeneration:
         return True
 
     def _held_for(self, cache: Any, tensors: list[torch.Tensor]) -> _Held | None:
-        """The held set of this cache's shape, with the cache bound to it: found (the cache is
-        bound already), made of the cache's own tensors (the first of its shape), or adopted (its
-        values copied in, its layers re-bound). None for tensors the graph cannot hold. Called
-        under the lock."""
+        """The held set this cache's decode step replays on, with the cache bound to it: found
+        (the cache is bound already), adopted (its values copied in, its layers re-bound), or
+        made of the cache's own tensors (no set of its shape can be taken). None for tensors the
+        graph cannot hold. Called under the lock.
+
+        Which set a new cache takes, so that one graph serves a shape across requests, on any
+        thread, and no request sees another's values: the least recently used set of its shape
+        whose cache is gone (generate() drops the one it made when it returns); else one whose
+        cache is still alive but was last stepped on this thread (that cache is given copies of
+        its own first; it is not in a step now, and generate() reads a cache between its steps
+        only on the thread that steps it); else a new set, a graph of its own (requests of one
+        shape in flight on several threads at once each need one)."""
+        me = threading.get_ident()
         for held in self._held.values():
             if held.tensors[0] is tensors[0] and held.bound(tensors):
                 if held.owner is None or held.owner() is not cache:
                     held.owner = weakref.ref(cache)
+                held.thread = me
+                self._held.move_to_end(held.serial)
                 return held
         if not self._checked(cache, tensors):
             return None
-        # A set per thread: generate() reads its cache between decode steps too (its length, for
-        # the mask), where no adoption on another thread may change it.
-        key = (threading.get_ident(), _shape_of(tensors))
-        held = self._held.get(key)
+        shape = _shape_of(tensors)
+        free = same_thread = None
+        for held in self._held.values():  # least recently used first
+            if held.shape != shape:
+                continue
+            if not held.owner_alive():
+                free = held
+                break
+            if same_thread is None and held.thread == me:
+                same_thread = held
+        held = free or same_thread
         if held is None:
             held = _Held(tensors)
-            self._held[key] = held
+            self._held[held.serial] = held
             while len(self._held) > self._max_held:
                 self._held.popitem(last=False)  # the cache bound to it keeps its tensors
         else:
-            self._held.move_to_end(key)
+            self._held.move_to_end(held.serial)
             self._adopt(held, cache, tensors)
         held.owner = weakref.ref(cache)
+        held.thread = me
         return held
 
     def _adopt(self, held: _Held, cache: Any, tensors: list[torch.Tensor]) -> None:
@@ -442,9 +475,10 @@ class GraphedGeneration:
         `eager_forwards` (the model's forwards that ran eagerly without reaching it: prefills,
         other caches), `api_mismatches` (decode steps among those that ran eagerly because
         something graph_generation looks for in transformers was not found; warned once),
-        `held_caches` (the sets of cache tensors the graphs hold: one per shape and generating
-        thread), `cache_adoptions` (caches copied into those and re-bound to them: one per
-        request on a cache generate() made) and `cache_copies_out` (caches still alive given
+        `held_caches` (the sets of cache tensors the graphs hold: one per shape, and one more for
+        each request of that shape in flight at once on another thread), `cache_adoptions`
+        (caches copied into those and re-bound to them: one per request on a cache generate()
+        made) and `cache_copies_out` (caches still alive given
         copies of their own when another adopted the held tensors)."""
         return {
             **self.graphed.stats(),
@@ -477,8 +511,9 @@ def graph_generation(
     eagerly. Changes `model` in place (see GraphedGeneration.remove) and returns the handle.
     `device` and the other options are GraphedForward's.
 
-    One graph serves every request of a shape (batch size, cache length, dtype) made on one
-    thread: the graph holds one set of cache tensors per shape (and thread), and a request on
+    One graph serves every request of a shape (batch size, cache length, dtype), from any
+    thread: the graph holds one set of cache tensors per shape (one more for each request of it
+    in flight at once on another thread), and a request on
     another cache of that shape (a new one generate() makes for
     `cache_implementation="static"`, or one passed) has its values copied into them at its first
     decode step and its layers re-bound to them. A cache still alive when another takes the

@@ -32,11 +32,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
+# A rank (this file run as a script) does not import pytest: a tenth of each rank's start-up, 120
+# ranks a run of the suite.
+_RANK = __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "rank"
+if not _RANK:
+    import pytest
 
-# Sixty two-rank runs or more: the sanitized suite (scripts/sanitize.sh) leaves them out; what they
-# test is the exit order, which the plain suite proves.
-pytestmark = pytest.mark.many_processes
+    # Sixty two-rank runs or more: the sanitized suite (scripts/sanitize.sh) leaves them out; what
+    # they test is the exit order, which the plain suite proves.
+    pytestmark = pytest.mark.many_processes
 
 HERE = Path(__file__).resolve()
 ROUND_TIMEOUT_S = 60
@@ -173,5 +177,5 @@ def test_the_run_counts_come_from_the_variable_and_a_bad_value_names_it():
         assert repr(bad) in str(caught.value)
 
 
-if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "rank":
+if _RANK:
     _rank(int(sys.argv[2]), sys.argv[3], sys.argv[4])
