@@ -3,8 +3,10 @@
 # --tests: one CMake build, packed as a wheel and pip-installed into .venv), runs the
 # GoogleTest suites through ctest from the wheel's build dir and the Python suite through pytest
 # against the installed package, prints each runner's counts and a combined closing line, and
-# exits non-zero if any runner failed. It also runs scripts/sanitize.sh (ASan+UBSan, a fuzz run),
-# whose steps are counted in the closing line with the rest (scripts/junit_counts.py).
+# exits non-zero if any runner failed. The third-party tests run a second time on the newest
+# transformers, diffusers and accelerate (.venv-newest). It also runs scripts/sanitize.sh
+# (ASan+UBSan, a fuzz run), whose steps are counted in the closing line with the rest
+# (scripts/junit_counts.py).
 # CI runs it through .ci/run. Extra arguments go to pytest (for example -k NAME or -m gpu).
 set -euo pipefail
 
