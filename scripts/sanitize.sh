@@ -9,6 +9,9 @@
 # $SANITIZE_REPORTS (default build/sanitize/reports; the build and the fuzz run write a one-case
 # report of their own, so scripts/test.sh counts every step) and exits non-zero if any failed.
 # Usage: bash scripts/sanitize.sh [FUZZ_SECONDS (default 60)]
+# SANITIZE_PHASE=build copies the tree and builds only (exit status: the build's); =run runs on the
+# build a build phase left (scripts/test.sh builds while the plain pytest runs, whose tests mostly
+# keep one of two cores busy, then runs); unset or =all does both.
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,9 +21,17 @@ PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 OUT=${SANITIZE_DIR:-$ROOT/build/sanitize}
 SRC=$OUT/src
 REPORTS=${SANITIZE_REPORTS:-$OUT/reports}
+PHASE=${SANITIZE_PHASE:-all}
+case $PHASE in all | build | run) ;; *)
+  echo "SANITIZE_PHASE must be build, run or all, got '$PHASE'" >&2
+  exit 2
+  ;;
+esac
 status=0
 mkdir -p "$REPORTS"
-rm -f "$REPORTS"/sanitized-*.xml
+if [[ $PHASE != run ]]; then
+  rm -f "$REPORTS"/sanitized-*.xml
+fi
 
 # A JUnit report of one case for a step that is not a test runner (the build, the fuzz run).
 one_case_report() {
@@ -39,35 +50,52 @@ runner_counts() {
   return "${PIPESTATUS[0]}"
 }
 
-# The working tree as it is (tracked and new files), copied: the plugin lands inside the tree.
-rm -rf "$SRC"
-mkdir -p "$SRC"
-git ls-files -co --exclude-standard -z | grep -zv '^build' |
-  tar --null -T - -cf - | tar -xf - -C "$SRC"
-
-SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
-# -O1 -g1 in place of RelWithDebInfo's -O2 -g: under both sanitizers the compile costs about half
-# (the GoogleTest files of tests/core most), the sanitizers still see every access, and -g1 keeps
-# the function names and lines of their stack traces.
-OPT="-O1 -g1 -DNDEBUG"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-echo "== sanitizer build (address, undefined; $OPT) =="
-cmake -S "$SRC" -B "$OUT/obj" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="$OPT" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$OPT" \
-  -DPython3_EXECUTABLE="$PYTHON" -DGRAPHED_WITH_CUDA=OFF -DGRAPHED_WITH_XPU=OFF \
-  -DGRAPHED_BUILD_TESTS=ON \
-  -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" \
-  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=address,undefined" >"$OUT/cmake.log" 2>&1 &&
-  cmake --build "$OUT/obj" -j2 >>"$OUT/cmake.log" 2>&1 &&
-  rm -rf "$OUT/site" && cmake --install "$OUT/obj" --prefix "$OUT/site" >>"$OUT/cmake.log" 2>&1
-build_rc=$?
-if ((build_rc != 0)); then
-  tail -40 "$OUT/cmake.log"
-  one_case_report "$REPORTS/sanitized-build.xml" sanitizer_build 1 "the sanitizer build failed"
-  echo "sanitizer build: 0 passed, 1 failed, 0 skipped"
+# -- the build: a copy of the tree, configured and built with both sanitizers ---------------------
+build() {
+  # The working tree as it is (tracked and new files), copied: the plugin lands inside the tree.
+  rm -rf "$SRC"
+  mkdir -p "$SRC"
+  git ls-files -co --exclude-standard -z | grep -zv '^build' |
+    tar --null -T - -cf - | tar -xf - -C "$SRC"
+
+  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+  # -O1 -g1 in place of RelWithDebInfo's -O2 -g: under both sanitizers the compile costs about half
+  # (the GoogleTest files of tests/core most), the sanitizers still see every access, and -g1 keeps
+  # the function names and lines of their stack traces.
+  OPT="-O1 -g1 -DNDEBUG"
+
+  echo "== sanitizer build (address, undefined; $OPT) =="
+  cmake -S "$SRC" -B "$OUT/obj" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="$OPT" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$OPT" \
+    -DPython3_EXECUTABLE="$PYTHON" -DGRAPHED_WITH_CUDA=OFF -DGRAPHED_WITH_XPU=OFF \
+    -DGRAPHED_BUILD_TESTS=ON \
+    -DCMAKE_C_FLAGS="$SAN" -DCMAKE_CXX_FLAGS="$SAN" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
+    -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=address,undefined" >"$OUT/cmake.log" 2>&1 &&
+    cmake --build "$OUT/obj" -j2 >>"$OUT/cmake.log" 2>&1 &&
+    rm -rf "$OUT/site" && cmake --install "$OUT/obj" --prefix "$OUT/site" >>"$OUT/cmake.log" 2>&1
+  build_rc=$?
+  if ((build_rc != 0)); then
+    tail -40 "$OUT/cmake.log"
+    one_case_report "$REPORTS/sanitized-build.xml" sanitizer_build 1 "the sanitizer build failed"
+    echo "sanitizer build: 0 passed, 1 failed, 0 skipped"
+    return 1
+  fi
+  touch "$OUT/site/.built"
+}
+
+if [[ $PHASE != run ]]; then
+  rm -f "$OUT/site/.built"
+  build || exit 1
+  [[ $PHASE == build ]] && exit 0
+elif [[ ! -f $OUT/site/.built ]]; then
+  # The build phase failed (its report says so) or never ran.
+  [[ -f $REPORTS/sanitized-build.xml ]] ||
+    one_case_report "$REPORTS/sanitized-build.xml" sanitizer_build 1 "no sanitizer build to run on"
+  echo "sanitizer build: 0 passed, 1 failed, 0 skipped (no build to run on)"
   exit 1
 fi
 
