@@ -1,4 +1,5 @@
-# Builds against a CUDA build of torch on a machine with no CUDA toolkit. torch's own CMake config
+# Builds against a CUDA build of torch on a machine with no CUDA toolkit, or without the CUDA
+# backend (GRAPHED_WITH_CUDA=OFF). torch's own CMake config
 # (find_package(Torch)) then stops with "Your installed Caffe2 version uses CUDA but I cannot find
 # the CUDA libraries", though graphed without its CUDA backend needs nothing of CUDA: it runs eager
 # there, as the README promises. So this file finds what the plugin links by hand: torch's headers,
@@ -22,5 +23,5 @@ target_compile_definitions(graphed_torch_libraries INTERFACE
 target_link_libraries(graphed_torch_libraries INTERFACE
   ${GRAPHED_LIB_torch_cpu} ${GRAPHED_LIB_c10})
 set(TORCH_LIBRARIES graphed_torch_libraries)
-message(STATUS "graphed: no CUDA toolkit: built against torch's libraries without its CMake "
-  "config (no CUDA backend)")
+message(STATUS "graphed: built against torch's libraries without its CMake config (no CUDA "
+  "toolkit, or GRAPHED_WITH_CUDA=OFF; no CUDA backend)")
