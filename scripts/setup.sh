@@ -196,7 +196,8 @@ TEST_PACKAGES=(diffusers==0.42.1 transformers==5.17.0 accelerate==1.15.0)
 # (about 0.2 GB, not a second torch). Raise these pins when a newer release appears.
 NEWEST_PACKAGES=(diffusers==0.42.1 transformers==5.24.0 accelerate==1.16.0)
 NEWEST=$ROOT/.venv-newest
-# Succeeds when interpreter $1 has exactly the versions named in $2...
+# Succeeds when interpreter $1 has the versions named in $2... ("name==1.2.3" exactly, or
+# "name==13.0.*" any release of 13.0).
 packages_complete() {
   "$1" - "${@:2}" <<'PY' >/dev/null 2>&1
 import sys
@@ -204,9 +205,21 @@ from importlib import metadata
 
 for pinned in sys.argv[1:]:
     name, version = pinned.split("==")
-    if metadata.version(name) != version:
+    have = metadata.version(name)
+    if not (have.startswith(version[:-1]) if version.endswith(".*") else have == version):
         raise SystemExit(1)
 PY
+}
+# pip-installs the pins $2... with interpreter $1 where they are not all there yet (torch kept at
+# its pin) and checks that they are; says what is missing and fails otherwise.
+install_pinned() {
+  local python=$1
+  shift
+  packages_complete "$python" "$@" && return 0
+  "$python" -m pip install --disable-pip-version-check --no-cache-dir "$@" \
+    "torch==$TORCH_VERSION" || return 1
+  packages_complete "$python" "$@" ||
+    { echo "$* are still missing after pip install ($python)"; return 1; }
 }
 site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 if ((want_tests)); then
@@ -226,18 +239,8 @@ fi
 # on (they are mostly downloads, the build is compiles: about a minute less on two cores). Nothing
 # the build reads changes (torch is pinned); pip touches .venv again only once this is done.
 third_party_installs() {
-  if ! packages_complete "$VENV/bin/python" "${TEST_PACKAGES[@]}"; then
-    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-cache-dir \
-      "${TEST_PACKAGES[@]}" "torch==$TORCH_VERSION" || return 1
-    packages_complete "$VENV/bin/python" "${TEST_PACKAGES[@]}" ||
-      { echo "${TEST_PACKAGES[*]} are still missing after pip install"; return 1; }
-  fi
-  if ! packages_complete "$NEWEST/bin/python" "${NEWEST_PACKAGES[@]}"; then
-    "$NEWEST/bin/python" -m pip install --disable-pip-version-check --no-cache-dir \
-      "${NEWEST_PACKAGES[@]}" "torch==$TORCH_VERSION" || return 1
-    packages_complete "$NEWEST/bin/python" "${NEWEST_PACKAGES[@]}" ||
-      { echo "${NEWEST_PACKAGES[*]} are still missing in .venv-newest after pip install"; return 1; }
-  fi
+  install_pinned "$VENV/bin/python" "${TEST_PACKAGES[@]}" &&
+    install_pinned "$NEWEST/bin/python" "${NEWEST_PACKAGES[@]}"
 }
 third_party_pid=""
 if ((want_tests)) && { ! packages_complete "$VENV/bin/python" "${TEST_PACKAGES[@]}" ||
@@ -338,18 +341,6 @@ nvcc_release() {
       sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p' | head -n 1
   fi
 }
-# Whether .venv holds every nvcc wheel, of CUDA release $1.
-nvcc_wheels_complete() {
-  "$VENV/bin/python" - "$1" "${NVCC_WHEELS[@]}" <<'PY' >/dev/null 2>&1
-import sys
-from importlib import metadata
-
-release = sys.argv[1]
-for name in sys.argv[2:]:
-    if not metadata.version(name).startswith(release + "."):
-        raise SystemExit(1)
-PY
-}
 build_env=()
 torch_cuda_site=$(torch_cuda_and_site)
 if [[ -n $torch_cuda_site ]]; then
@@ -371,12 +362,12 @@ if [[ -n $torch_cuda_site ]]; then
     log "note: no nvcc of CUDA $cuda_major found, and PyPI's have another layout: graphed" \
       "builds without its CUDA backend (set CUDA_HOME to a CUDA $cuda_major toolkit)"
   else
-    if ! nvcc_wheels_complete "$torch_cuda"; then
+    pins=()
+    for wheel in "${NVCC_WHEELS[@]}"; do
+      pins+=("$wheel==$torch_cuda.*")
+    done
+    if ! packages_complete "$VENV/bin/python" "${pins[@]}"; then
       wait_for_third_party_installs # one pip at a time in .venv
-      pins=()
-      for wheel in "${NVCC_WHEELS[@]}"; do
-        pins+=("$wheel==$torch_cuda.*")
-      done
       log "pip install ${pins[*]} (no nvcc of CUDA $cuda_major found; about 270 MB)"
       if "$VENV/bin/python" -m pip install --disable-pip-version-check --no-cache-dir \
         "${pins[@]}" "torch==$TORCH_VERSION" >"$LOGS/pip-nvcc.log" 2>&1; then
