@@ -36,9 +36,23 @@ typedef struct gf_backend {
    * a sentence in why. */
   int (*graphs_supported)(void *context, int device_type, int device_index, char *why,
                           size_t why_capacity);
-  /* Optional (default: no state, and nothing to destroy). */
-  gf_status (*runner_create)(void *context, int device_index, void **state, gf_error *err);
+  /* Optional (default: no state, and nothing to destroy). pool: NULL for a graph memory pool of
+   * the runner's own, else a pool this backend's pool_create made on the runner's device (the
+   * caller checks the device), whose memory the runner's graphs then share with every other
+   * runner made on it; the state takes its own reference to it where it keeps it. */
+  gf_status (*runner_create)(void *context, int device_index, void *pool, void **state,
+                             gf_error *err);
   void (*runner_destroy)(void *context, void *state);
+
+  /* A graph memory pool several runners share (graphed.MemoryPool), so that they reserve about
+   * what the largest of them needs rather than the sum. pool_create makes one on the device
+   * (device_type/index as in gf_tensor, -1: the current device) holding one reference, or leaves
+   * *pool NULL where the backend has no pools on that device; pool_release drops that reference,
+   * and the runners made on the pool keep theirs. Optional, both or neither (default: no pools to
+   * share; a pool of the layer above then only groups its runners, each with memory of its own). */
+  gf_status (*pool_create)(void *context, int device_type, int device_index, void **pool,
+                           gf_error *err);
+  void (*pool_release)(void *context, void *pool);
 
   /* Optional (default: never). 1 when the current stream is being captured by someone else:
    * calls then run eager. */

@@ -19,6 +19,16 @@ extern "C" {
 /* The most buckets gf_cache_init makes up front; more come as entries are inserted. */
 enum { GF_CACHE_INITIAL_BUCKETS_MAX = 4096 };
 
+/* Whether an entry's static inputs may be shared with the other entries of its runner (see
+ * gf_runner_share_static_inputs in gf_capture.c). Known only from a warm-up; a zeroed entry does
+ * not know yet, and so shares nothing. */
+typedef enum gf_input_sharing {
+  GF_INPUTS_ALIASED = -1, /* a warm-up returned an output aliasing an input: it lends and borrows
+                           * nothing, so that its static outputs survive other entries' replays */
+  GF_INPUTS_UNKNOWN = 0,  /* no warm-up ran (yet) */
+  GF_INPUTS_SHAREABLE = 1 /* its warm-ups returned no output aliasing an input */
+} gf_input_sharing;
+
 typedef struct gf_entry {
   gf_signature signature;
   int pinned;
@@ -32,10 +42,7 @@ typedef struct gf_entry {
   size_t mutated_count;   /* replays write those back to the caller's tensors */
   int64_t device_bytes;   /* device memory the capture took (-1: unknown) */
   int64_t reserved_bytes; /* device memory the capture added to the allocator's (-1: unknown) */
-  /* Whether the entry's static inputs may be shared with other entries of its runner (see
-   * gf_capture.c): 1 when its warm-ups showed no output aliasing an input, -1 when one did, 0 (the
-   * default) when no warm-up ran. */
-  int inputs_shareable;
+  gf_input_sharing inputs_shareable;
   void *user; /* the host's own data for the entry (NULL: none), released with the entry through
                * gf_host.release_user; the CPython entry keeps the entry's output template here */
   struct gf_entry *lru_newer;

@@ -11,10 +11,12 @@
  *      gf_runner_prepare_forward, gf_runner_agree_on_stage).
  *   4. The capture: the input copy node, the forward, the inputs it wrote in place, the output
  *      copy node (gf_runner_capture, gf_runner_capture_copy_node, gf_runner_keep_mutated).
- *   5. Agreement on the capture, then insertion; any failure disables the runner and the call
- *      runs eager (gf_runner_capture_and_replay).
+ *   5. Agreement on the capture, then insertion; any failure releases the entry and disables the
+ *      runner, and the call runs eager (gf_runner_capture_and_replay; the release and the disable
+ *      are gf_runner_release.c's gf_runner_release_entry and gf_runner_fail).
  *   6. The capture event (time, device memory in use and held, churn once), then a replay
- *      gives this call its outputs (gf_runner_report_capture, gf_runner_replay). */
+ *      gives this call its outputs (gf_runner_report_capture, gf_runner_replay in gf_replay.c).
+ * Nothing here calls into gf_runner.c, which calls this file. */
 #include "gf_runner_internal.h"
 
 #include <stdio.h>
@@ -181,10 +183,12 @@ static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, i
       runner->host.context, probing ? GF_PHASE_PROBE : GF_PHASE_WARMUP,
       entry->static_inputs.tensors, entry->static_inputs.count, &scratch, NULL, err);
   if (status == GF_OK) {
-    const int aliased = gf_pool_overlaps(&scratch, &entry->static_inputs);
-    entry->inputs_shareable = aliased                        ? -1
-                              : entry->inputs_shareable == 0 ? 1
-                                                             : entry->inputs_shareable;
+    /* One aliasing warm-up is enough: a later one that aliases nothing does not undo it. */
+    if (gf_pool_overlaps(&scratch, &entry->static_inputs)) {
+      entry->inputs_shareable = GF_INPUTS_ALIASED;
+    } else if (entry->inputs_shareable == GF_INPUTS_UNKNOWN) {
+      entry->inputs_shareable = GF_INPUTS_SHAREABLE;
+    }
   }
   gf_runner_discard_outputs(runner, &scratch);
   if (probing && probe_status == GF_OK) {
@@ -262,13 +266,14 @@ static gf_status gf_runner_take_static_inputs(gf_runner *runner, gf_entry *entry
   return status;
 }
 
-/* The resident entry whose static input `index` can serve `entry`'s too: one whose inputs may be
- * shared, holding a buffer of the same dtype, device and shape there. NULL when none. */
+/* The resident entry whose static input `index` can serve `entry`'s too: one that may share it
+ * (gf_entries_may_share_input), holding a buffer of the same dtype, device and shape there. NULL
+ * when none. */
 static const gf_entry *gf_runner_input_lender(const gf_runner *runner, const gf_entry *entry,
                                               size_t index) {
   const gf_tensor *wanted = &entry->static_inputs.tensors[index];
   for (const gf_entry *lender = runner->cache.newest; lender != NULL; lender = lender->lru_older) {
-    if (lender == entry || lender->inputs_shareable != 1 || lender->static_inputs.count <= index) {
+    if (!gf_entries_may_share_input(entry, lender, index)) {
       continue;
     }
     const gf_tensor *held = &lender->static_inputs.tensors[index];
@@ -295,7 +300,7 @@ static const gf_entry *gf_runner_input_lender(const gf_runner *runner, const gf_
  * shares nothing. The clone's values go into the shared buffer first, so that the capture reads
  * this call's inputs, as it would have read the clone. */
 static gf_status gf_runner_share_static_inputs(gf_runner *runner, gf_entry *entry, gf_error *err) {
-  if (entry->inputs_shareable != 1) {
+  if (entry->inputs_shareable != GF_INPUTS_SHAREABLE) {
     return GF_OK;
   }
   const size_t count = entry->static_inputs.count;

@@ -63,7 +63,7 @@ typedef struct gf_host {
   void (*release)(void *context, void *handle);
   void (*warn)(void *context, const char *message);
   /* Optional: releases an entry's user data (gf_entry.user, set by the caller through
-   * gf_call_options.entry_user) when the entry goes: evicted, dropped by reset or disable, or
+   * gf_call_options.served) when the entry goes: evicted, dropped by reset or disable, or
    * with the runner. Without it user data is never released. */
   void (*release_user)(void *context, void *user);
   /* Optional: told of captures, evictions, churn and the disable (see gf_event). */

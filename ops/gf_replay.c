@@ -117,8 +117,8 @@ gf_status gf_runner_replay(gf_runner *runner, gf_entry *entry, const gf_tensor *
   }
   entry->replays++;
   runner->replays++;
-  if (options->entry_user != NULL) {
-    *options->entry_user = &entry->user;
+  if (options->served != NULL) {
+    options->served->user = &entry->user;
   }
   return GF_OK;
 }

@@ -1,77 +1,13 @@
 /* The runner (see gf_runner.h): its lifecycle (create, with the checks of the host and backend
- * tables; destroy; disable), the call that picks the replay path (gf_replay.c) for a hit or the
- * capture protocol (gf_capture.c) for a miss, and what stats and listings read. */
+ * tables; destroy; the disable is gf_runner_release.c's, as a failed capture disables too), the
+ * call that picks the replay path (gf_replay.c) for a hit or the capture protocol (gf_capture.c)
+ * for a miss, and what stats and listings read. */
 #include "gf_runner_internal.h"
 
 #include "gf_backend_registry.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-
-/* 1 when a resident entry other than `entry` holds its static input `index` (the same buffer at
- * the same position: see gf_runner_share_static_inputs). */
-static int gf_runner_input_held_elsewhere(const gf_runner *runner, const gf_entry *entry,
-                                          size_t index) {
-  if (entry->inputs_shareable != 1) {
-    return 0;
-  }
-  const void *data = entry->static_inputs.tensors[index].data;
-  for (const gf_entry *other = runner->cache.newest; other != NULL; other = other->lru_older) {
-    if (other != entry && other->inputs_shareable == 1 && other->static_inputs.count > index &&
-        other->static_inputs.tensors[index].data == data) {
-      return 1;
-    }
-  }
-  return 0;
-}
-
-/* Bytes of the entry's static inputs that another resident entry holds too. */
-static int64_t gf_runner_shared_input_bytes(const gf_runner *runner, const gf_entry *entry) {
-  int64_t shared = 0;
-  for (size_t i = 0; i < entry->static_inputs.count; ++i) {
-    if (gf_runner_input_held_elsewhere(runner, entry, i)) {
-      shared += gf_tensor_nbytes(&entry->static_inputs.tensors[i]);
-    }
-  }
-  return shared;
-}
-
-void gf_runner_release_entry(void *context, gf_entry *entry) {
-  gf_runner *runner = context;
-  if (runner->evicting) {
-    gf_event evicted = gf_entry_event(GF_EVENT_EVICTED, entry);
-    gf_runner_notify(runner, &evicted);
-  }
-  if (entry->graph != NULL && runner->backend->release_graph != NULL) {
-    runner->backend->release_graph(runner->backend->context, runner->backend_state, entry->graph);
-    entry->graph = NULL;
-  }
-  if (entry->device_bytes > 0) {
-    runner->graph_bytes -= entry->device_bytes;
-    entry->device_bytes = 0;
-  }
-  /* A buffer another entry still holds stays counted (the entry is out of the cache by now). */
-  const int64_t still_held = gf_runner_shared_input_bytes(runner, entry);
-  runner->pool_bytes -=
-      gf_pool_release(&entry->static_inputs, gf_runner_release_handle, runner) - still_held;
-  runner->pool_bytes -= gf_pool_release(&entry->static_outputs, gf_runner_release_handle, runner);
-  gf_pool_release(&entry->keep_alive, gf_runner_release_handle, runner);
-  if (entry->user != NULL && runner->host.release_user != NULL) {
-    runner->host.release_user(runner->host.context, entry->user);
-  }
-  entry->user = NULL;
-}
-
-static void gf_runner_set_disabled(gf_runner *runner, const char *reason) {
-  if (runner->enabled || runner->disabled_reason[0] == '\0') {
-    snprintf(runner->disabled_reason, sizeof runner->disabled_reason, "%.500s",
-             reason && reason[0] ? reason : "disabled");
-    /* One line: a forward's message may carry a traceback after its first line. */
-    runner->disabled_reason[strcspn(runner->disabled_reason, "\n")] = '\0';
-  }
-  runner->enabled = 0;
-}
 
 /* The hooks every host must fill. */
 static int gf_host_is_complete(const gf_host *host) {
@@ -156,7 +92,7 @@ static gf_status gf_runner_check_support(gf_runner *runner, gf_error *err) {
   }
   if (backend->runner_create != NULL) {
     gf_error create_err = {0};
-    if (backend->runner_create(backend->context, runner->config.device_index,
+    if (backend->runner_create(backend->context, runner->config.device_index, runner->config.pool,
                                &runner->backend_state, &create_err) != GF_OK) {
       gf_runner_set_disabled(runner, create_err.message);
     }
@@ -181,6 +117,10 @@ gf_status gf_runner_create(const gf_runner_config *config, const gf_host *host,
   } else if (config->warmup_iters < 0) {
     status = gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
                           "graphed: warmup_iters must be 0 or more, got %d", config->warmup_iters);
+  } else if (config->pool != NULL && backend->pool_create == NULL) {
+    status = gf_error_set(
+        err, GF_ERR_INVALID_ARGUMENT,
+        "graphed: backend '%s' makes no memory pools, but the runner was given one", backend->name);
   } else if ((table = gf_backend_with_defaults(backend)) == NULL ||
              (runner = calloc(1, sizeof *runner)) == NULL) {
     free(table);
@@ -229,19 +169,6 @@ void gf_runner_destroy(gf_runner *runner) {
   free(runner);
 }
 
-void gf_runner_disable(gf_runner *runner, const char *reason) {
-  const int was_enabled = runner->enabled;
-  gf_runner_set_disabled(runner, reason);
-  gf_cache_clear(&runner->cache);
-  if (was_enabled) {
-    gf_event disabled = {.kind = GF_EVENT_DISABLED,
-                         .message = runner->disabled_reason,
-                         .device_bytes = -1,
-                         .reserved_bytes = -1};
-    gf_runner_notify(runner, &disabled);
-  }
-}
-
 void gf_runner_reset(gf_runner *runner) {
   gf_cache_clear(&runner->cache);
   runner->sync_probe_done = 0;
@@ -266,14 +193,9 @@ void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
    * entries, as stats is read rarely and keeps nothing on the call path. */
   stats->shared_input_bytes = 0;
   for (const gf_entry *entry = runner->cache.newest; entry != NULL; entry = entry->lru_older) {
-    for (size_t i = 0; entry->inputs_shareable == 1 && i < entry->static_inputs.count; ++i) {
-      const void *data = entry->static_inputs.tensors[i].data;
-      for (const gf_entry *newer = entry->lru_newer; newer != NULL; newer = newer->lru_newer) {
-        if (newer->inputs_shareable == 1 && newer->static_inputs.count > i &&
-            newer->static_inputs.tensors[i].data == data) {
-          stats->shared_input_bytes += gf_tensor_nbytes(&entry->static_inputs.tensors[i]);
-          break;
-        }
+    for (size_t i = 0; i < entry->static_inputs.count; ++i) {
+      if (gf_entry_input_holder(entry, i, entry->lru_newer, 1) != NULL) {
+        stats->shared_input_bytes += gf_tensor_nbytes(&entry->static_inputs.tensors[i]);
       }
     }
   }
@@ -285,18 +207,6 @@ const char *gf_runner_disabled_reason(const gf_runner *runner) {
 
 const char *gf_runner_backend_name(const gf_runner *runner) { return runner->backend->name; }
 
-/* Disables the runner for good and says so once: a host that observes got the disable as an event
- * (gf_runner_disable); any other is warned. */
-void gf_runner_fail(gf_runner *runner, const char *reason) {
-  gf_runner_disable(runner, reason);
-  if (runner->host.notify != NULL) {
-    return;
-  }
-  char message[GF_REASON_CAPACITY + 64];
-  snprintf(message, sizeof message, "graphed: runner disabled, calls now run eager: %s", reason);
-  gf_runner_warn(runner, message);
-}
-
 gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
                          const gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
                          size_t keep_alive_count, const gf_call_options *options, gf_pool *results,
@@ -305,8 +215,8 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   if (options == NULL) {
     options = &defaults;
   }
-  if (options->entry_user != NULL) {
-    *options->entry_user = NULL; /* until a replay serves the call (gf_replay.c) */
+  if (options->served != NULL) {
+    options->served->user = NULL; /* until a replay serves the call (gf_replay.c) */
   }
   const size_t results_before = results->count;
   if (!runner->enabled) {

@@ -2,7 +2,11 @@
  * and the capture protocol, and keeps the counters users see through stats. Any failure disables
  * it for good (with a reason) and later calls run eager. It is not thread-safe; the shim
  * serialises calls per runner. Every function that takes a gf_error requires one (never NULL):
- * a failure always has somewhere to say why. */
+ * a failure always has somewhere to say why.
+ * Non-goals (docs/architecture.md): training (a graph is a forward without autograd, no backward);
+ * dynamic shapes within one key (each set of dtypes, devices and shapes is a capture of its own);
+ * concurrent replay of one runner (its calls take turns: its entries share static buffers);
+ * a runner over two devices (one device, fixed at create; an input elsewhere is refused). */
 #ifndef GF_RUNNER_H
 #define GF_RUNNER_H
 
@@ -27,6 +31,10 @@ typedef struct gf_runner_config {
   int warmup_iters;
   int enabled;        /* 0: every call runs eager, and stats say so */
   gf_hash_fn hash_fn; /* NULL: the default hash; tests force collisions with it */
+  /* NULL: the runner's graphs get a memory pool of their own; else a pool the backend's
+   * pool_create made on this device (gf_backend.h), read by gf_runner_create only: the backend's
+   * runner state takes its own reference to it. */
+  void *pool;
 } gf_runner_config;
 
 typedef struct gf_runner_stats {
@@ -49,6 +57,15 @@ typedef struct gf_runner_stats {
 
 typedef struct gf_runner gf_runner;
 
+/* Which cache entry served a call: `user` is that entry's user slot (gf_entry.user), for a hit or
+ * for the entry the call captured (whose slot is NULL until the caller fills it), and NULL when the
+ * call ran eager. The slot stays the entry's: the caller may read and fill it until it lets go of
+ * the runner (the shim's runner lock); the core releases what it holds through
+ * gf_host.release_user when the entry goes. */
+typedef struct gf_served_entry {
+  void **user;
+} gf_served_entry;
+
 /* Options of one call. */
 typedef struct gf_call_options {
   int pin;            /* a new entry is never evicted */
@@ -57,18 +74,15 @@ typedef struct gf_call_options {
    * replay writes such inputs back into the caller's tensors itself; a caller that passed a
    * temporary copy of a tensor (a contiguous copy of a strided view) copies it back. */
   unsigned char *mutated_inputs;
-  /* NULL, or where the call stores the user slot (gf_entry.user) of the entry that served it: a
-   * hit, or the entry this call captured (whose slot is NULL until the caller fills it); NULL when
-   * the call ran eager. The slot stays the entry's: the caller may read and fill it until it lets
-   * go of the runner (the shim's runner lock); the core releases what it holds through
-   * gf_host.release_user when the entry goes. */
-  void ***entry_user;
+  /* NULL, or where the call says which entry served it (see gf_served_entry). */
+  gf_served_entry *served;
 } gf_call_options;
 
 /* Makes a runner on backend (NULL: the one chosen at load). The runner takes host.context and
  * frees it through host.destroy. On failure *runner is NULL and host.destroy has been called.
- * An incomplete host table, or a backend table that lacks a hook it needs (gf_backend.h), is
- * GF_ERR_INVALID_ARGUMENT naming what is missing. */
+ * An incomplete host table, a backend table that lacks a hook it needs (gf_backend.h), or a
+ * config.pool for a backend that makes no pools, is GF_ERR_INVALID_ARGUMENT naming what is
+ * wrong. */
 gf_status gf_runner_create(const gf_runner_config *config, const gf_host *host,
                            const gf_backend *backend, gf_runner **runner, gf_error *err);
 void gf_runner_destroy(gf_runner *runner);

@@ -1,8 +1,12 @@
-/* What the runner's three files share, and nothing any other folder may include: the runner
+/* What the runner's four files share, and nothing any other folder may include: the runner
  * struct, the small helpers every part calls (inline, so that the replay path costs what it did
  * when it was one file), and the functions one part calls in another. gf_runner.c holds the
  * lifecycle, the call and the introspection; gf_replay.c the replay path; gf_capture.c the capture
- * protocol. Every function here that takes a gf_error requires one, as in gf_runner.h. */
+ * protocol; gf_runner_release.c what the others give back (an entry; every entry, on a failure).
+ * Calls between them only go down: gf_runner.c calls gf_capture.c and gf_replay.c, gf_capture.c
+ * calls gf_replay.c, and any of them gf_runner_release.c, which calls none of them; so each can be
+ * read without the ones above it. Every function here that takes a gf_error requires one, as in
+ * gf_runner.h. */
 #ifndef GF_RUNNER_INTERNAL_H
 #define GF_RUNNER_INTERNAL_H
 
@@ -76,6 +80,44 @@ static inline gf_event gf_entry_event(gf_event_kind kind, const gf_entry *entry)
   return event;
 }
 
+/* The one rule of static inputs shared between a runner's entries (gf_capture.c's
+ * gf_runner_share_static_inputs says why sharing is safe): `other` may hold `entry`'s static input
+ * `index` when it is another entry, the inputs of both are shareable, and it has an input at that
+ * position. Lending (gf_capture.c), the bytes an entry shares (its release, listings) and the
+ * stats all ask it, so that they never disagree about which buffers are shared. */
+static inline int gf_entries_may_share_input(const gf_entry *entry, const gf_entry *other,
+                                             size_t index) {
+  return other != entry && entry->inputs_shareable == GF_INPUTS_SHAREABLE &&
+         other->inputs_shareable == GF_INPUTS_SHAREABLE && other->static_inputs.count > index;
+}
+
+/* The first entry from `from` on along the LRU list (toward older entries, or toward newer ones
+ * when `toward_newer`) that holds `entry`'s static input `index` itself, the same buffer; NULL
+ * when none. A walk over the entries: only captures, releases and introspection ask, never a
+ * replay. */
+static inline const gf_entry *gf_entry_input_holder(const gf_entry *entry, size_t index,
+                                                    const gf_entry *from, int toward_newer) {
+  for (const gf_entry *other = from; other != NULL;
+       other = toward_newer ? other->lru_newer : other->lru_older) {
+    if (gf_entries_may_share_input(entry, other, index) &&
+        other->static_inputs.tensors[index].data == entry->static_inputs.tensors[index].data) {
+      return other;
+    }
+  }
+  return NULL;
+}
+
+/* Bytes of the entry's static inputs that another resident entry holds too. */
+static inline int64_t gf_runner_shared_input_bytes(const gf_runner *runner, const gf_entry *entry) {
+  int64_t shared = 0;
+  for (size_t i = 0; i < entry->static_inputs.count; ++i) {
+    if (gf_entry_input_holder(entry, i, runner->cache.newest, 0) != NULL) {
+      shared += gf_tensor_nbytes(&entry->static_inputs.tensors[i]);
+    }
+  }
+  return shared;
+}
+
 /* Adds a handle the host just made to a pool; on failure releases it, so no path leaks it. */
 static inline gf_status gf_runner_adopt(gf_runner *runner, gf_pool *pool, gf_status made,
                                         const gf_tensor *tensor, gf_error *err) {
@@ -113,10 +155,13 @@ static inline gf_status gf_runner_run_eager(gf_runner *runner, const gf_tensor *
                                   options->mutated_inputs, err);
 }
 
-/* gf_runner.c: the cache's release callback (evictions are told to the host), and the failure
- * that disables the runner for good and says so once (an event to a host that observes, else a
- * warning). */
+/* gf_runner_release.c: the cache's release callback (evictions are told to the host); the
+ * disabled state and its reason, the first one sticking, without dropping anything (a runner that
+ * starts disabled has nothing to drop); and the failure that disables the runner for good and says
+ * so once (an event to a host that observes, else a warning). gf_runner_disable (gf_runner.h) is
+ * there too. */
 GF_RUNNER_PRIVATE void gf_runner_release_entry(void *context, gf_entry *entry);
+GF_RUNNER_PRIVATE void gf_runner_set_disabled(gf_runner *runner, const char *reason);
 GF_RUNNER_PRIVATE void gf_runner_fail(gf_runner *runner, const char *reason);
 
 /* gf_replay.c: one replay of a captured entry for this call's inputs. */

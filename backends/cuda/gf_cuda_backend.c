@@ -1,9 +1,9 @@
 /* The CUDA backend's table and the hooks that need no libtorch: runner state, the copy nodes
  * (our own kernel, recorded into each graph as an input node and an output node whose copy tables
  * every replay rewrites, so that a replay is one graph launch whatever the number of tensors),
- * the graph object, the load-time probe and the tables of shared memory pools. Streams, sync-debug
- * and torch's CUDA graph object are the torch half's (gf_cuda_torch.h); its hook-shaped functions
- * sit in the table directly. */
+ * the graph object and the load-time probe. Streams, sync-debug, torch's CUDA graph object and
+ * the shared memory pools are the torch half's (gf_cuda_torch.h); its hook-shaped functions sit
+ * in the table directly. */
 #include "gf_cuda_backend.h"
 #include "gf_cuda_copy.h"
 #include "gf_cuda_torch.h"
@@ -34,16 +34,17 @@ static cudaStream_t gf_cuda_current_stream(void *state) {
   return gf_cuda_torch_current_stream(((gf_cuda_runner *)state)->torch);
 }
 
-/* context: the memory pool the runner shares (the table of gf_cuda_backend_with_pool), or NULL
- * for a pool of its own. */
-static gf_status gf_cuda_runner_create(void *context, int device_index, void **state,
+/* pool: the memory pool the runner shares (gf_cuda_torch_pool_create's), or NULL for a pool of
+ * its own. */
+static gf_status gf_cuda_runner_create(void *context, int device_index, void *pool, void **state,
                                        gf_error *err) {
+  (void)context;
   gf_cuda_runner *runner = calloc(1, sizeof *runner);
   if (runner == NULL) {
     return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for a CUDA runner");
   }
   gf_status status =
-      gf_cuda_torch_runner_create(device_index, (gf_cuda_torch_pool *)context, &runner->torch, err);
+      gf_cuda_torch_runner_create(device_index, (gf_cuda_torch_pool *)pool, &runner->torch, err);
   if (status != GF_OK) {
     free(runner);
     return status;
@@ -205,6 +206,8 @@ static const gf_backend gf_cuda_backend = {
     .graphs_supported = gf_cuda_torch_graphs_supported,
     .runner_create = gf_cuda_runner_create,
     .runner_destroy = gf_cuda_runner_destroy,
+    .pool_create = gf_cuda_torch_pool_create,
+    .pool_release = gf_cuda_torch_pool_release,
     .outer_capture_active = gf_cuda_outer_capture_active,
     .sync_probe_begin = gf_cuda_torch_sync_probe_begin,
     .sync_probe_end = gf_cuda_torch_sync_probe_end,
@@ -221,33 +224,6 @@ static const gf_backend gf_cuda_backend = {
     .device_bytes_reserved = gf_cuda_torch_device_bytes_reserved,
     .pool_bytes_reserved = gf_cuda_torch_pool_bytes_reserved,
 };
-
-/* A shared pool is the CUDA table with the pool as its context: each runner made on the table
- * holds a reference to the pool (gf_cuda_runner_create), the table one more until released. */
-gf_status gf_cuda_backend_with_pool(int device_index, const gf_backend **table, gf_error *err) {
-  *table = NULL;
-  gf_backend *made = malloc(sizeof *made);
-  if (made == NULL) {
-    return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for a memory pool");
-  }
-  gf_cuda_torch_pool *pool = NULL;
-  gf_status status = gf_cuda_torch_pool_create(device_index, &pool, err);
-  if (status != GF_OK) {
-    free(made);
-    return status;
-  }
-  *made = gf_cuda_backend;
-  made->context = pool;
-  *table = made;
-  return GF_OK;
-}
-
-void gf_cuda_backend_release_pool(const gf_backend *table) {
-  if (table != NULL) {
-    gf_cuda_torch_pool_release((gf_cuda_torch_pool *)table->context);
-    free((void *)table);
-  }
-}
 
 const gf_backend *gf_cuda_backend_probe(char *why, size_t why_capacity) {
   void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);

@@ -3,7 +3,8 @@
  * caching allocator's private pools, which warm-ups and captures allocate from). Hooks that need
  * nothing but torch have the hook signature of gf_backend.h and sit in the backend's table
  * directly; the rest are typed helpers the C half calls. Definitions catch every C++ exception and
- * return a status. */
+ * return a status. One file per concern defines them, as the sections below say; they share
+ * gf_cuda_torch_internal.h. */
 #ifndef GF_CUDA_TORCH_H
 #define GF_CUDA_TORCH_H
 
@@ -21,14 +22,10 @@ extern "C" {
 /* Per runner, torch side: the device, its graph memory pool, the graph in capture. */
 typedef struct gf_cuda_torch_runner gf_cuda_torch_runner;
 
-/* A graph memory pool: a private pool of torch's caching allocator and the one side stream every
- * warm-up and capture into it runs on (the allocator reuses a freed block only on the stream it
- * was freed on, so graphs of one pool share memory only through one stream). The warm-ups
- * allocate from it too, so that their memory is the captures' memory rather than blocks of the
- * ordinary pool kept reserved on the side stream. It grows by expandable segments where the user's
- * allocator settings allow (gf_cuda_pool_growth.h). Captures and warm-ups into one pool are
- * serialised by its lock; a replay on another stream than the pool's last one first waits for the
- * work queued there. Counted by reference: a runner made without a shared pool has its own. */
+/* A graph memory pool: a private pool of torch's caching allocator that the graphs of its runners
+ * share, with the side stream they warm up and capture on. Counted by reference: a runner made
+ * without a shared pool has its own. Its lifecycle is listed at the struct
+ * (gf_cuda_torch_internal.h). */
 typedef struct gf_cuda_torch_pool gf_cuda_torch_pool;
 
 /* A captured graph: torch's CUDA graph object (its cudaGraph_t is kept, so nodes can be found). */
@@ -42,17 +39,9 @@ typedef struct gf_cuda_runner {
 
 /* ---- hooks (gf_backend.h signatures; state is a gf_cuda_runner) ---------------------------- */
 
+/* gf_cuda_torch.cpp: the device, and what the caching allocator holds on it. */
 int gf_cuda_torch_graphs_supported(void *context, int device_type, int device_index, char *why,
                                    size_t why_capacity);
-gf_status gf_cuda_torch_sync_probe_begin(void *context, void *state, gf_error *err);
-gf_status gf_cuda_torch_sync_probe_end(void *context, void *state, gf_error *err);
-/* The warm-ups: the pool's side stream waits on the current one (and on the pool's last stream)
- * and becomes current, every allocation on it routed into the pool (into a scratch pool, given
- * back to the device at the end, once the pool holds a graph), with the pool's lock held /
- * the routing ends, the current stream waits on the side stream and is restored. */
-gf_status gf_cuda_torch_warmup_begin(void *context, void *state, gf_error *err);
-gf_status gf_cuda_torch_warmup_end(void *context, void *state, gf_error *err);
-
 /* Bytes the caching allocator has handed out on the runner's device (graph pools included). */
 int64_t gf_cuda_torch_device_bytes_in_use(void *context, void *state);
 /* Bytes the caching allocator holds on the runner's device (torch.cuda.memory_reserved). */
@@ -60,38 +49,55 @@ int64_t gf_cuda_torch_device_bytes_reserved(void *context, void *state);
 /* Bytes of the segments the runner's graph pool holds (shared by the runners of one pool). */
 int64_t gf_cuda_torch_pool_bytes_reserved(void *context, void *state);
 
+/* gf_cuda_pool.cpp: a pool on a CUDA device (-1: the current one) holding one reference, *pool a
+ * gf_cuda_torch_pool; on another kind of device none (*pool NULL). release drops one reference,
+ * and the last frees the pool (its memory goes back to the caching allocator). */
+gf_status gf_cuda_torch_pool_create(void *context, int device_type, int device_index, void **pool,
+                                    gf_error *err);
+void gf_cuda_torch_pool_release(void *context, void *pool);
+
+/* gf_cuda_probe.cpp: torch's sync-debug mode "warn" around the first validated forward. */
+gf_status gf_cuda_torch_sync_probe_begin(void *context, void *state, gf_error *err);
+gf_status gf_cuda_torch_sync_probe_end(void *context, void *state, gf_error *err);
+
+/* gf_cuda_warmup.cpp: the warm-ups: the pool's side stream waits on the current one (and on the
+ * pool's last stream) and becomes current, every allocation on it routed into the pool (into a
+ * scratch pool, given back to the device at the end, once the pool holds a graph), with the
+ * pool's lock held / the routing ends, the current stream waits on the side stream and is
+ * restored. */
+gf_status gf_cuda_torch_warmup_begin(void *context, void *state, gf_error *err);
+gf_status gf_cuda_torch_warmup_end(void *context, void *state, gf_error *err);
+
 /* ---- helpers of the C half ---------------------------------------------------------------- */
 
-/* A pool on a device (-1: the current one), holding one reference; release drops one, and the
- * last frees the pool (its memory goes back to the caching allocator). */
-gf_status gf_cuda_torch_pool_create(int device_index, gf_cuda_torch_pool **pool, gf_error *err);
-void gf_cuda_torch_pool_release(gf_cuda_torch_pool *pool);
-
-/* A runner on shared_pool (which it holds a reference to), or on a pool of its own when NULL; a
- * shared pool on another device than device_index is GF_ERR_INVALID_ARGUMENT. */
-gf_status gf_cuda_torch_runner_create(int device_index, gf_cuda_torch_pool *shared_pool,
+/* gf_cuda_torch.cpp: a runner on pool (which it holds a reference to), or on a pool of its own
+ * when NULL. The pool is on the runner's device: the caller checked (the shim's pool table). */
+gf_status gf_cuda_torch_runner_create(int device_index, gf_cuda_torch_pool *pool,
                                       gf_cuda_torch_runner **runner, gf_error *err);
 void gf_cuda_torch_runner_destroy(gf_cuda_torch_runner *runner);
 
-/* The stream torch considers current on the runner's device. */
+/* gf_cuda_torch.cpp: the stream torch considers current on the runner's device. */
 cudaStream_t gf_cuda_torch_current_stream(const gf_cuda_torch_runner *runner);
 
-/* Before a replay's first launch on the current stream: when the runner's pool was last used on
- * another stream, the current one waits for what was queued there (graphs of one pool share
- * memory, so their replays must not overlap). Costs a comparison when the stream is the same. */
+/* gf_cuda_pool.cpp: before a replay's first launch on the current stream: when the runner's pool
+ * was last used on another stream, the current one waits for what was queued there (graphs of one
+ * pool share memory, so their replays must not overlap). Costs a comparison when the stream is
+ * the same. */
 gf_status gf_cuda_torch_order_replay(gf_cuda_torch_runner *runner, gf_error *err);
 
-/* Capture on the side stream into the runner's pool. end returns the graph (NULL when ok is 0 or
- * capture failed), owned by the caller. */
+/* gf_cuda_graph.cpp: capture on the side stream into the runner's pool. end returns the graph
+ * (NULL when ok is 0 or capture failed), owned by the caller. */
 gf_status gf_cuda_torch_capture_begin(gf_cuda_torch_runner *runner, gf_error *err);
 gf_status gf_cuda_torch_capture_end(gf_cuda_torch_runner *runner, int ok,
                                     gf_cuda_torch_graph **graph, gf_error *err);
 
-/* The captured graph and its instantiated executable; NULL when torch has none. */
+/* gf_cuda_graph.cpp: the captured graph and its instantiated executable; NULL when torch has
+ * none. */
 cudaGraph_t gf_cuda_torch_graph_raw(gf_cuda_torch_graph *graph);
 cudaGraphExec_t gf_cuda_torch_graph_exec(gf_cuda_torch_graph *graph);
 
-/* Replays the graph on the current stream, advancing the random number generators it used. */
+/* gf_cuda_graph.cpp: replays the graph on the current stream, advancing the random number
+ * generators it used. */
 gf_status gf_cuda_torch_graph_replay(gf_cuda_torch_graph *graph, gf_error *err);
 void gf_cuda_torch_graph_release(gf_cuda_torch_graph *graph);
 

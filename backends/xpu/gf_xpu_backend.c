@@ -48,8 +48,11 @@ static int gf_xpu_graphs_supported(void *context, int device_type, int device_in
          gf_xpu_torch_graphs_supported(device_index, why, why_capacity);
 }
 
-static gf_status gf_xpu_runner_create(void *context, int device_index, void **state,
+/* pool is always NULL: the XPU backend makes no shared pools (no pool_create), so each runner
+ * keeps the graph pool of its own that the torch half makes. */
+static gf_status gf_xpu_runner_create(void *context, int device_index, void *pool, void **state,
                                       gf_error *err) {
+  (void)pool;
   gf_xpu_runner *runner = calloc(1, sizeof *runner);
   if (runner == NULL) {
     return gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory for an XPU runner");

@@ -118,7 +118,7 @@ static int gf_fake_graphs_supported(void *context, int device_type, int device_i
   return fake->supported;
 }
 
-static gf_status gf_fake_runner_create(void *context, int device_index, void **state,
+static gf_status gf_fake_runner_create(void *context, int device_index, void *pool, void **state,
                                        gf_error *err) {
   gf_fake_backend *fake = context;
   (void)device_index;
@@ -126,6 +126,7 @@ static gf_status gf_fake_runner_create(void *context, int device_index, void **s
   if (status != GF_OK) {
     return status;
   }
+  fake->runner_pool = pool;
   if (fake->state != NULL) {
     gf_fake_violation(fake, "runner_create twice on one fake backend");
   }

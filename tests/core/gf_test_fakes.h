@@ -111,6 +111,7 @@ typedef struct gf_fake_backend {
   gf_fake_graph *pending; /* the graph being captured */
   int64_t live_graphs;    /* made by capture_end minus released */
   void *state;            /* the token runner_create handed out, NULL before / after */
+  void *runner_pool;      /* the memory pool runner_create was given (gf_runner_config.pool) */
   int64_t live_states;
   uint64_t protocol_errors; /* hooks called out of order or with a foreign state or graph */
   char last_protocol_error[160];

@@ -2,7 +2,7 @@
 // every hash collides), gf_runner_entry_replays, the counters, LRU eviction and what it releases,
 // pinned entries, what drops every graph: disable (whose first reason sticks), reset (which
 // recaptures with the probe) and destroy (which releases every handle), and the entry's user slot
-// (gf_call_options.entry_user), released through the host whenever its entry goes.
+// (gf_call_options.served), released through the host whenever its entry goes.
 #include "gf_runner.h"
 #include "gf_test_fakes.h"
 #include "runner_fixture.h"
@@ -266,12 +266,12 @@ protected:
 
   // One call that asks which entry served it; the slot (NULL: it ran eager).
   void **CallServed(const Inputs &inputs, const std::string &key) {
-    void **served = reinterpret_cast<void **>(&served); // anything but NULL: the call must set it
+    gf_served_entry served{reinterpret_cast<void **>(this)}; // not NULL: the call must set it
     gf_call_options options = kDefault;
-    options.entry_user = &served;
+    options.served = &served;
     Result result = Call(inputs.views, options, key);
     EXPECT_EQ(result.status, GF_OK) << result.message;
-    return served;
+    return served.user;
   }
 
   int a_ = 0, b_ = 0, c_ = 0; // user data the tests store: their addresses

@@ -115,6 +115,27 @@ TEST_F(RunnerCreate, ADisabledRunnerNeedsNoDeviceHook) {
             "disabled by the caller (enabled=False)");
 }
 
+TEST_F(RunnerCreate, APoolHandleReachesTheBackendsRunnerCreate) {
+  gf_backend table = backend_.table;
+  table.pool_create = [](void *, int, int, void **pool, gf_error *) {
+    *pool = nullptr;
+    return GF_OK;
+  };
+  table.pool_release = [](void *, void *) {};
+  int pool = 0; // the handle a pool_create of this backend made
+  config_.pool = &pool;
+  ASSERT_EQ(Create(&table), GF_OK) << err_.message;
+  EXPECT_EQ(backend_.runner_pool, &pool);
+}
+
+TEST_F(RunnerCreate, RefusesAPoolForABackendWithoutPools) {
+  int pool = 0;
+  config_.pool = &pool;
+  EXPECT_EQ(Create(&backend_.table), GF_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(runner_, nullptr);
+  EXPECT_EQ(host_.destroyed, 1) << "the host's context is freed on refusal";
+}
+
 TEST_F(RunnerCreate, RefusesAnIncompleteHostAndFreesItsContextOnce) {
   gf_host host = gf_fake_host_table(&host_);
   host.retain = nullptr;
