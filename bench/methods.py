@@ -27,6 +27,7 @@ HOST_COST_METHODS = {
     "graphed_keep_alive": "GraphedForward keep_alive=(t,)",
     "graphed_weights": "GraphedForward, module of 300 parameters (the watch)",
     "graphed_positional": "GraphedForward, same module, xs positional",
+    "graphed_cpu_input": "GraphedForward cpu_inputs='to_device', one xs on the CPU",
     "graphed_op": "torch.ops.graphed.forward (pre-flattened)",
     "graphed_python": "GraphedForward, Python path (flatten+op)",
     "seed": "seed Python wrapper",

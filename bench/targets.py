@@ -62,6 +62,9 @@ def _host_targets(results: dict) -> list[dict]:
 WATCH_LIMIT_US = 1.0
 POSITIONAL_LIMIT_US = 1.0
 POSITIONAL_K = 32
+# What staging one CPU input (cpu_inputs="to_device") may add to a call: the copy to the device
+# itself, and nothing of the failed fast call, exception and Python walk it once cost.
+CPU_INPUT_LIMIT_US = 5.0
 
 
 def _added_cost_targets(results: dict) -> list[dict]:
@@ -92,7 +95,22 @@ def _added_cost_targets(results: dict) -> list[dict]:
         bound = _target(
             "positional", text, status, f"{positional:.2f} - {keyword:.2f} = {added:+.2f} us"
         )
-    return [watch, bound]
+    return [watch, bound, _cpu_input_target(results)]
+
+
+def _cpu_input_target(results: dict) -> dict:
+    """One CPU input staged (graphed_cpu_input - graphed, every K)."""
+    text = f"one CPU input staged on the device adds <= {CPU_INPUT_LIMIT_US:g} us a call, every K"
+    parts, verdicts = [], []
+    for k in results.get("host_cost", {}).get("K", []):
+        staged, plain = _host_us(results, "graphed_cpu_input", k), _host_us(results, "graphed", k)
+        if staged is None or plain is None:
+            continue
+        verdicts.append(staged - plain <= CPU_INPUT_LIMIT_US)
+        parts.append(f"K={k}: {staged:.2f} - {plain:.2f} = {staged - plain:+.2f}")
+    if not verdicts:
+        return _target("cpu_input", text, "N/A", _NOT_MEASURED)
+    return _target("cpu_input", text, "PASS" if all(verdicts) else "MISS", "; ".join(parts) + " us")
 
 
 def _launch_target(results: dict) -> dict:

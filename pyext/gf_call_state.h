@@ -1,8 +1,5 @@
 /* The call in flight of one GraphedForward, as the forward operator the core calls back reads it
- * (graphed._native._graphed_fastcall.CallState). Both call paths set it in
- * pyext/gf_fastcall_torch.cpp while the runner's lock is held and put the outer call back when
- * they return, so a nested call (the forward calling a GraphedForward, or the same one eagerly)
- * and calls from other threads each see their own. */
+ * (graphed._native._graphed_fastcall.CallState). See Note [The call in flight] below. */
 #ifndef GF_CALL_STATE_H
 #define GF_CALL_STATE_H
 
@@ -12,20 +9,60 @@
 extern "C" {
 #endif
 
-/* tree: the kwargs dict of a fast-path call (the walker's tree; never read again: the forward's
- *   kwargs are decoded from `key`), the TreeSpec of a Python-path call, or None outside a call.
- * key: bytes, the key of the call in flight (b"" outside a call).
- * held: the non-tensor keep_alive objects of the call in flight (a tuple).
- * error: the exception the forward raised during the call in flight, or None.
- * recorded: the output template the forward recorded last in the call in flight (NULL before
- *   it ran): the template of an eager call, and the one a capture leaves in its entry.
- * rebuild: callable(template, outputs) for templates that are not plain.
- * last_key: bytes, the key of the latest fast-path call (NULL before one), reused by the next
- *   call whose walk gives the same bytes (see gf_fastcall.c).
- * served: how many calls the entry that served the latest call has served, that one included (0
- *   when it ran eager); verify mode compares the first ones with eager (graphed._verify).
- * baked: the watch of what the runner's graphs read besides their inputs (pyext/gf_baked.h), or
- *   NULL; both entries return CHANGED before anything else when it fires. */
+/* Note [The call in flight]
+ *
+ * Q: Where does the state of one GraphedForward call live while it runs?
+ * A: Per runner, under the runner's recursive lock (shim/gf_shim_registry.h), which serialises a
+ *    runner's calls: in this CallState (one per GraphedForward, so one per runner) and in the
+ *    runner's RunnerCall (shim/gf_shim_host.h), which the shim's host reaches without Python.
+ *    Each field is written by the one piece named here, and a nested call (the forward calling
+ *    another runner, or the same one through the operator) saves and puts back what it changes.
+ *
+ * CallState (this struct), set by CallInFlight (pyext/gf_fastcall_torch.cpp) for the length of a
+ * core call, under the lock, by both entries (`call`, `call_flat`):
+ *   tree       the kwargs dict of a fast-path call (the walker's; never read again: the forward's
+ *              kwargs are decoded from `key`), the TreeSpec of a Python-path call, or None outside
+ * a call. key        bytes, the key of the call in flight (b"" outside a call). held       the
+ * non-tensor keep_alive objects of the call in flight (a tuple). error      the exception the
+ * forward raised during the call (record_error, from the forward operator, graphed._forward), or
+ * None; handed to the caller on exit. recorded   the output template the forward recorded last in
+ * the call (record_template; NULL before it ran): a plain result's is a 1-tuple (the result with
+ * PLACEHOLDER in each tensor slot), rebuilt in C; any other is rebuilt by calling `rebuild`.
+ *   runner_call  the runner's RunnerCall while a call is in flight (NULL outside one): what
+ *              CallState.phase and record_error(own=True) read and write.
+ *   served     written by CallInFlight::settle: how many calls the serving entry has served, that
+ *              one included (0 when it ran eager); verify mode reads it (graphed._verify).
+ * Set once or by their own methods, outside the lock's protocol:
+ *   rebuild    callable(template, outputs), given to the constructor.
+ *   last_key   bytes, the key of the latest fast-path call (NULL before one), reused by the next
+ *              call whose walk gives the same bytes (gf_fastcall.c).
+ *   baked      the watch of what the runner's graphs read besides their inputs (pyext/gf_baked.h),
+ *              or NULL; armed by the Python layer's Watch (graphed._baked), checked by both entries
+ *              before anything else (they return CHANGED when it fires).
+ *
+ * RunnerCall (shim/gf_shim_host.h), one per runner:
+ *   phase                 written by host_run_forward around each forward it runs (eager, probe,
+ *                         warm-up, capture); read by CallState.phase and graphed::forward_phase.
+ *   forward_error_marked  written by record_error(own=True); read and cleared by host_run_forward,
+ *                         which then reports GF_ERR_FORWARD for the core to judge (gf_capture.c).
+ *   served_request        written by the dispatched entry around its graphed::forward call; taken
+ *                         by call_runner (shim/gf_shim_call.cpp) under the lock.
+ *   forward_thread/order  written by host_run_forward; read by forward_phase() without a runner.
+ *
+ * The serving entry's user slot (gf_entry.user, an EntryUser in pyext/gf_fastcall_torch.cpp) holds
+ * what outlives a call: the entry's output template with the held objects, and its `served` count;
+ * the core tells which entry served through a gf_served_entry (ops/gf_runner.h).
+ *
+ * Per thread, on purpose: only the re-entry frames (gf_frames_here in gf_fastcall.c), because
+ * "this call comes from inside its own forward" is a fact about the thread's stack. The Python
+ * layer keeps the rest of what a call needs on one per-runner object (graphed._phases).
+ *
+ * Q: Why is a runner's lock enough, when ATen's CUDAGraph gave up a thread-local stack because
+ *    stream capture can span threads (autograd)?
+ * A: graphed captures inference forwards under no_grad, which never hand work to autograd's
+ *    threads; and the state is keyed by runner, not by thread, so a forward that did continue on
+ *    another thread would find it (waiting for the lock, which its caller holds, is the failure
+ *    mode, not a wrong read). */
 typedef struct gf_call_state {
   // clang-format off
   PyObject_HEAD
@@ -37,6 +74,7 @@ typedef struct gf_call_state {
   PyObject *recorded;
   PyObject *rebuild;
   PyObject *last_key;
+  void *runner_call; /* a graphed::RunnerCall (shim/gf_shim_host.h) */
   unsigned long long served;
   struct gf_baked *baked;
 } gf_call_state;

@@ -15,20 +15,13 @@
  * result's template with `output_template`, and both entries rebuild a plain output in C; only
  * trees the walker does not take go through graphed._tree. `flatten` shows the walk to tests.
  *
- * The call in flight is a CallState (pyext/gf_call_state.h), one per GraphedForward, which both
- * entries set while they hold the runner's lock (pyext/gf_fastcall_torch.cpp):
- *   tree       the kwargs dict (`call`) or TreeSpec (`call_flat`) of the call in flight, or None
- *   key        the key of that call, as bytes
- *   held       its non-tensor keep_alive objects (a tuple)
- *   error      the exception its forward raised, recorded by the forward operator, or None
- *   recorded   the output template the forward operator recorded last in that call
- *              (record_template): a 1-tuple (the result with PLACEHOLDER in each tensor slot) for
- *              a plain result, which this module rebuilds, or anything else, rebuilt by calling
- *   rebuild    (given to the constructor) rebuild(template, outputs).
+ * The call in flight is a CallState (pyext/gf_call_state.h, Note [The call in flight]), one per
+ * GraphedForward, which both entries set while they hold the runner's lock
+ * (pyext/gf_fastcall_torch.cpp).
  * Each cache entry owns its output template: after a call that captured, the entry point stores
  * what the capture's forward recorded (with the call's held objects, and a count of the calls the
  * entry served: CallState.served) in the entry's user slot
- * (gf_call_options.entry_user), a hit reads it back, and the core releases it with the entry
+ * (gf_call_options.served), a hit reads it back, and the core releases it with the entry
  * (evicted, reset, disabled, destroyed). An eager call uses the template its own forward recorded.
  * The entry is keyed by the whole signature (key and input shapes), so an output whose structure
  * depends on a shape (x.unbind(0)) gets one template per shape.
@@ -52,6 +45,7 @@
 #include "gf_call_state.h"
 #include "gf_fastcall_torch.h"
 #include "gf_host.h"
+#include "gf_sync_warning.h"
 #include "gf_tensor.h"
 #include "gf_walker.h"
 
@@ -161,8 +155,8 @@ static PyMemberDef gf_call_state_members[] = {
 
 /* record_error(exception, own): the forward's exception, handed to the caller of the call in
  * flight (outside a call it is not kept). `own` (true for an error of the forward's own rather than
- * a failure of the capture) also marks the thread, so that the host reports GF_ERR_FORWARD and the
- * core decides whose error it is (see gf_shim_host.h). */
+ * a failure of the capture) also marks the runner's call (RunnerCall), so that the host reports
+ * GF_ERR_FORWARD and the core decides whose error it is (see gf_shim_host.h). */
 static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *const *args,
                                             Py_ssize_t nargs) {
   if (nargs != 2) {
@@ -177,10 +171,24 @@ static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *cons
     Py_SETREF(state->error, Py_NewRef(args[0]));
   }
   if (own) {
-    gf_fastcall_torch_mark_forward_error();
+    gf_fastcall_torch_mark_forward_error(state->runner_call);
   }
   Py_RETURN_NONE;
 }
+
+/* phase: why the core runs the forward of the call in flight (GF_PHASE_*; eager outside one). */
+static PyObject *gf_call_state_phase(gf_call_state *state, void *unused) {
+  (void)unused;
+  return PyLong_FromLong(gf_fastcall_torch_phase(state->runner_call));
+}
+
+static PyGetSetDef gf_call_state_getset[] = {
+    {"phase", (getter)gf_call_state_phase, NULL,
+     "why the core runs the forward of the call in flight: PHASE_EAGER, PHASE_PROBE, "
+     "PHASE_WARMUP or PHASE_CAPTURE (PHASE_EAGER outside a call)",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
 
 /* record_template(template): the output template of the forward's latest run in the call in
  * flight (outside a call it is not kept). */
@@ -231,7 +239,7 @@ static PyMethodDef gf_call_state_methods[] = {
      "watch_fired() -> bool: whether the next call would return CHANGED"},
     {"record_error", (PyCFunction)(void (*)(void))gf_call_state_record_error, METH_FASTCALL,
      "record_error(exception, own): the forward's exception, re-raised to the caller of the "
-     "call; own: it is the forward's own error (marks the thread)"},
+     "call; own: it is the forward's own error (marks the runner's call)"},
     {"record_template", (PyCFunction)gf_call_state_record_template, METH_O,
      "record_template(template): the output template of the forward's latest run in the call"},
     {NULL, NULL, 0, NULL},
@@ -247,10 +255,20 @@ static PyTypeObject gf_call_state_type = {
     .tp_traverse = (traverseproc)gf_call_state_traverse,
     .tp_clear = (inquiry)gf_call_state_clear,
     .tp_members = gf_call_state_members,
+    .tp_getset = gf_call_state_getset,
     .tp_methods = gf_call_state_methods,
 };
 
 /* -- outputs ----------------------------------------------------------------------------- */
+
+/* The walked result a plain template holds (borrowed), or NULL for any other template: a plain
+ * template is a 1-tuple (output_template), which no other kind of template is (graphed._tree's
+ * are TreeSpecs). */
+static PyObject *gf_walked_of_template(PyObject *template) {
+  return PyTuple_CheckExact(template) && PyTuple_GET_SIZE(template) == 1
+             ? PyTuple_GET_ITEM(template, 0)
+             : NULL;
+}
 
 /* The output of a call from its template (see gf_call_in_flight.output_template). */
 static PyObject *gf_outputs_of_call(gf_call_state *state, PyObject *template, PyObject *outputs) {
@@ -259,8 +277,9 @@ static PyObject *gf_outputs_of_call(gf_call_state *state, PyObject *template, Py
                     "graphed: the call has no output template: its forward recorded none");
     return NULL;
   }
-  if (PyTuple_CheckExact(template) && PyTuple_GET_SIZE(template) == 1) {
-    return gf_walk_rebuild(PyTuple_GET_ITEM(template, 0), gf_placeholder, outputs);
+  PyObject *walked = gf_walked_of_template(template);
+  if (walked != NULL) {
+    return gf_walk_rebuild(walked, gf_placeholder, outputs);
   }
   return PyObject_CallFunctionObjArgs(state->rebuild, template, outputs, NULL);
 }
@@ -281,19 +300,13 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, gf_call_i
   }
   for (Py_ssize_t i = 0; i < held_count; ++i) {
     PyObject *item = PyList_GET_ITEM(keep_alive, i);
-    const char *why = "is not a tensor";
-    int described = gf_fastcall_torch_is_tensor(item)
-                        ? gf_fastcall_torch_describe(item, &held[i], &why)
-                        : GF_DESCRIBE_UNSUPPORTED;
-    if (described != GF_DESCRIBE_OK) {
-      int ndim = (int)held[i].ndim;
+    PyObject *type = PyExc_TypeError;
+    char reason[GF_WALK_REASON_CAPACITY] = "is not a tensor";
+    if (!gf_fastcall_torch_is_tensor(item) ||
+        gf_tensor_refused(item, &held[i], &type, reason, sizeof reason)) {
       free(held);
-      if (described == GF_DESCRIBE_TOO_MANY_DIMS) {
-        return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
-                            "graphed: keep_alive[%zd] has %d dimensions; at most %d are supported",
-                            i, ndim, (int)GF_MAX_DIMS);
-      }
-      return gf_error_set(err, GF_ERR_TYPE, "graphed: keep_alive[%zd] %s", i, why);
+      return gf_error_set(err, type == PyExc_ValueError ? GF_ERR_INVALID_ARGUMENT : GF_ERR_TYPE,
+                          "graphed: keep_alive[%zd] %s", i, reason);
     }
   }
   gf_calls_in_flight++;
@@ -491,18 +504,21 @@ static PyObject *gf_reset(PyObject *self, PyObject *runner) {
   Py_RETURN_NONE;
 }
 
-/* unsupported_reason(tensor) -> str | None: why the core cannot take this tensor. */
-static PyObject *gf_unsupported_reason(PyObject *self, PyObject *tensor) {
+/* refusal(tensor) -> None | (exception type, reason): the check every path makes of a tensor
+ * (gf_tensor_refused), for the Python path's walk and keep_alive. */
+static PyObject *gf_refusal(PyObject *self, PyObject *tensor) {
   (void)self;
   if (!gf_fastcall_torch_is_tensor(tensor)) {
-    PyErr_SetString(PyExc_TypeError, "_graphed_fastcall.unsupported_reason(tensor)");
+    PyErr_SetString(PyExc_TypeError, "_graphed_fastcall.refusal(tensor)");
     return NULL;
   }
-  const char *why = gf_fastcall_torch_unsupported_reason(tensor);
-  if (why == NULL) {
+  gf_tensor described;
+  PyObject *type = NULL;
+  char reason[GF_WALK_REASON_CAPACITY];
+  if (!gf_tensor_refused(tensor, &described, &type, reason, sizeof reason)) {
     Py_RETURN_NONE;
   }
-  return PyUnicode_FromString(why);
+  return Py_BuildValue("(Os)", type, reason);
 }
 
 /* decode(key, tensors) -> the kwargs of a fast-path key with tensors in its tensor slots. */
@@ -567,12 +583,20 @@ static PyObject *gf_output_template(PyObject *self, PyObject *result) {
 /* rebuild(template, outputs) -> the output a plain template (from output_template) stands for. */
 static PyObject *gf_rebuild(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
-  if (nargs != 2 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 1 ||
-      !PyList_CheckExact(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "_graphed_fastcall.rebuild(template: 1-tuple, outputs: list)");
+  PyObject *walked = nargs == 2 ? gf_walked_of_template(args[0]) : NULL;
+  if (walked == NULL || !PyList_CheckExact(args[1])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "_graphed_fastcall.rebuild(template: a plain template, outputs: list)");
     return NULL;
   }
-  return gf_walk_rebuild(PyTuple_GET_ITEM(args[0], 0), gf_placeholder, args[1]);
+  return gf_walk_rebuild(walked, gf_placeholder, args[1]);
+}
+
+/* walked_of(template) -> the walked result a plain template holds, or None for any other. */
+static PyObject *gf_walked_of(PyObject *self, PyObject *template) {
+  (void)self;
+  PyObject *walked = gf_walked_of_template(template);
+  return Py_NewRef(walked != NULL ? walked : Py_None);
 }
 
 static PyMethodDef gf_fastcall_methods[] = {
@@ -584,14 +608,17 @@ static PyMethodDef gf_fastcall_methods[] = {
      "output or REENTERED"},
     {"reset", (PyCFunction)gf_reset, METH_O,
      "reset(runner_id): drops the graphs (and their output templates) under the runner's lock"},
-    {"unsupported_reason", gf_unsupported_reason, METH_O,
-     "unsupported_reason(tensor) -> why the core cannot take it, or None"},
+    {"refusal", gf_refusal, METH_O,
+     "refusal(tensor) -> None when graphed takes it, else (TypeError or ValueError, the end of a "
+     "sentence saying why)"},
     {"decode", (PyCFunction)(void (*)(void))gf_decode, METH_FASTCALL,
      "decode(key, tensors) -> the kwargs a fast-path key stands for"},
     {"flatten", (PyCFunction)(void (*)(void))gf_flatten, METH_FASTCALL,
      "flatten(kwargs, variant) -> (key bytes, [tensors]) or FALLBACK: the walk of `call`"},
     {"output_template", (PyCFunction)gf_output_template, METH_O,
      "output_template(result) -> (template, [tensors]) for a plain result, else None"},
+    {"walked_of", gf_walked_of, METH_O,
+     "walked_of(template) -> the walked result a plain template holds, or None for any other"},
     {"rebuild", (PyCFunction)(void (*)(void))gf_rebuild, METH_FASTCALL,
      "rebuild(template, outputs) -> the output a plain template stands for"},
     {NULL, NULL, 0, NULL},
@@ -628,12 +655,14 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
       PyModule_AddObjectRef(module, "REENTERED", gf_reentered) != 0 ||
       PyModule_AddObjectRef(module, "PLACEHOLDER", gf_placeholder) != 0 ||
       PyModule_AddObjectRef(module, "CallState", (PyObject *)&gf_call_state_type) != 0 ||
-      /* The core's numbers Python reads, named here once (graphed._forward, graphed._phases). */
+      /* The core's numbers and the probe's warning text Python reads, named once in C
+       * (graphed._forward, graphed._phases). */
       PyModule_AddIntConstant(module, "MAX_DIMS", GF_MAX_DIMS) != 0 ||
       PyModule_AddIntConstant(module, "PHASE_EAGER", GF_PHASE_EAGER) != 0 ||
       PyModule_AddIntConstant(module, "PHASE_PROBE", GF_PHASE_PROBE) != 0 ||
       PyModule_AddIntConstant(module, "PHASE_WARMUP", GF_PHASE_WARMUP) != 0 ||
-      PyModule_AddIntConstant(module, "PHASE_CAPTURE", GF_PHASE_CAPTURE) != 0) {
+      PyModule_AddIntConstant(module, "PHASE_CAPTURE", GF_PHASE_CAPTURE) != 0 ||
+      PyModule_AddStringConstant(module, "SYNC_WARNING", GF_SYNC_WARNING) != 0) {
     Py_DECREF(module);
     return NULL;
   }

@@ -58,15 +58,16 @@ extern "C" int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const c
   }
 }
 
-extern "C" const char *gf_fastcall_torch_unsupported_reason(PyObject *obj) {
-  try {
-    return graphed::unsupported_tensor_reason(THPVariable_Unpack(obj));
-  } catch (...) {
-    return "cannot be read by graphed (torch raised while describing it)";
+extern "C" void gf_fastcall_torch_mark_forward_error(void *runner_call) {
+  if (runner_call != nullptr) {
+    graphed::mark_forward_error(*static_cast<graphed::RunnerCall *>(runner_call));
   }
 }
 
-extern "C" void gf_fastcall_torch_mark_forward_error(void) { graphed::mark_forward_error(); }
+extern "C" int gf_fastcall_torch_phase(const void *runner_call) {
+  return runner_call != nullptr ? static_cast<const graphed::RunnerCall *>(runner_call)->phase
+                                : GF_PHASE_EAGER;
+}
 
 namespace {
 
@@ -190,9 +191,11 @@ std::unique_lock<std::recursive_mutex> lock_runner(graphed::RunnerSlot &slot) {
 // The forward's exception recorded during the call is handed to call->error on exit.
 class CallInFlight {
 public:
-  explicit CallInFlight(gf_call_in_flight *call)
+  CallInFlight(gf_call_in_flight *call, graphed::RunnerSlot &slot)
       : call_(call), state_(call->state), outer_{state_->tree, state_->key, state_->held,
-                                                 state_->error, state_->recorded} {
+                                                 state_->error, state_->recorded},
+        outer_runner_call_(state_->runner_call) {
+    state_->runner_call = slot.call;
     call->error = nullptr;
     call->output_template = nullptr;
     state_->tree = Py_NewRef(call->tree);
@@ -209,6 +212,7 @@ public:
     state_->held = outer_[2];
     state_->error = outer_[3];
     state_->recorded = outer_[4];
+    state_->runner_call = outer_runner_call_;
     for (PyObject *object : mine) {
       Py_XDECREF(object);
     }
@@ -222,11 +226,12 @@ public:
   CallInFlight &operator=(const CallInFlight &) = delete;
 
   // After a call that succeeded, still under the runner's lock: call->output_template from the
-  // serving entry's slot (served: see gf_call_options.entry_user), which a capture fills with
+  // serving entry's slot (entry: see gf_served_entry), which a capture fills with
   // what its forward recorded and the call's held objects, or for an eager call (served NULL)
   // the template its own forward recorded. Stays NULL when there is none.
   // It also counts the call in the serving entry's user (state->served; 0 for an eager call).
-  void settle(void **served) noexcept {
+  void settle(const gf_served_entry &entry) noexcept {
+    void **served = entry.user;
     PyObject *recorded = state_->recorded;
     state_->served = 0;
     if (served == nullptr) {
@@ -252,6 +257,7 @@ private:
   gf_call_in_flight *call_;
   gf_call_state *state_;
   PyObject *outer_[5]; // the references the state held, handed back on exit
+  void *outer_runner_call_;
 };
 
 // The tensors of a list, for the dispatcher: any tensor, subclasses included.
@@ -284,20 +290,20 @@ namespace {
 // outputs wrapped into a new list of tensor objects.
 class FastCallParty final : public graphed::RunnerCallParty {
 public:
-  explicit FastCallParty(gf_call_in_flight *call) : call_(call) {}
+  FastCallParty(gf_call_in_flight *call, graphed::RunnerSlot &slot) : call_(call), slot_(slot) {}
   ~FastCallParty() override { Py_XDECREF(list_); }
   FastCallParty(const FastCallParty &) = delete;
   FastCallParty &operator=(const FastCallParty &) = delete;
 
-  void locked() noexcept override { in_flight_.emplace(call_); }
+  void locked() noexcept override { in_flight_.emplace(call_, slot_); }
   void called(gf_status status) noexcept override {
     if (status == GF_OK) {
       in_flight_->settle(served_);
     }
     in_flight_.reset();
   }
-  // Where the core says which entry served the call (gf_call_options.entry_user).
-  void ***served_slot() { return &served_; }
+  // Where the core says which entry served the call (gf_call_options.served).
+  gf_served_entry *served() { return &served_; }
   void reserve(size_t count) override { list_ = PyList_New(static_cast<Py_ssize_t>(count)); }
   void add(at::Tensor output) override {
     if (list_ != nullptr) {
@@ -309,10 +315,11 @@ public:
 
 private:
   gf_call_in_flight *call_;
+  graphed::RunnerSlot &slot_;
   std::optional<CallInFlight> in_flight_;
   PyObject *list_ = nullptr;
   Py_ssize_t next_ = 0;
-  void **served_ = nullptr;
+  gf_served_entry served_{};
 };
 
 } // namespace
@@ -325,8 +332,8 @@ extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, gf_call_in_flight
   *outputs = nullptr;
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
-    FastCallParty party(call);
-    gf_call_options options{pin, static_outputs, nullptr, party.served_slot()};
+    FastCallParty party(call, *slot);
+    gf_call_options options{pin, static_outputs, nullptr, party.served()};
     gf_status status = graphed::call_runner(
         *slot, key, key_length, inputs, input_count, keep_alive, keep_alive_count, options,
         graphed::LockPolicy::release_interpreter_lock, party, err);
@@ -362,12 +369,12 @@ extern "C" gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_cal
     std::vector<at::Tensor> results;
     {
       std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
-      CallInFlight in_flight(call);
-      void **served = nullptr;
+      CallInFlight in_flight(call, *slot);
+      gf_served_entry served{};
       {
         // The operator takes the (recursive) runner lock again; the call state is already set,
-        // and the kernel says which entry served the call through the request.
-        graphed::ServedEntryRequest request(runner_id, &served);
+        // and the kernel's call_runner says which entry served the call through `served`.
+        graphed::ServedEntryWanted wanted(*slot, &served);
         results = forward_op.call(runner_id, key, input_tensors, held_tensors, pin != 0,
                                   static_outputs != 0);
       }

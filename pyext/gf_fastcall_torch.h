@@ -42,10 +42,6 @@ enum {
  * C++ exception out: anything torch throws is GF_DESCRIBE_UNSUPPORTED. */
 int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const char **why);
 
-/* The reason a tensor object cannot be an input or keep_alive tensor (the end of a sentence), or
- * NULL when it can; never throws. */
-const char *gf_fastcall_torch_unsupported_reason(PyObject *obj);
-
 /* A watched tensor (pyext/gf_baked.h): its TensorImpl and where its elements start now. obj must be
  * a tensor (gf_fastcall_torch_is_tensor); never throws. */
 void gf_fastcall_torch_data_address(PyObject *obj, const void **impl, const void **address);
@@ -93,9 +89,14 @@ gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_call_in_flight
  * released; the core releases each entry's output template with the entry. */
 gf_status gf_fastcall_torch_reset(int64_t runner_id, gf_error *err);
 
-/* Marks that the forward running in this thread raised an error of its own (see
- * gf_shim_host.h); the host then reports GF_ERR_FORWARD, which the core judges. */
-void gf_fastcall_torch_mark_forward_error(void);
+/* Marks that the forward of the call in flight raised an error of its own (runner_call: the
+ * CallState's, see gf_call_state.h; NULL outside a call, then nothing is marked); the host then
+ * reports GF_ERR_FORWARD, which the core judges (see gf_shim_host.h). */
+void gf_fastcall_torch_mark_forward_error(void *runner_call);
+
+/* The phase of the forward the runner of runner_call (a CallState's) is running: GF_PHASE_EAGER
+ * outside one or when runner_call is NULL. */
+int gf_fastcall_torch_phase(const void *runner_call);
 
 /* Installs, for the plugin's kernels, the way to run work holding the GIL (see
  * shim/gf_shim_interpreter_lock.h): graphed::forward then releases a call's input tensors under

@@ -87,6 +87,24 @@ static gf_walk_result gf_walk_append_str(gf_walk *walk, PyObject *text) {
   return GF_WALK_OK;
 }
 
+int gf_tensor_refused(PyObject *tensor, gf_tensor *described, PyObject **type, char *reason,
+                      size_t capacity) {
+  const char *why = NULL;
+  switch (gf_fastcall_torch_describe(tensor, described, &why)) {
+  case GF_DESCRIBE_OK:
+    return 0;
+  case GF_DESCRIBE_TOO_MANY_DIMS:
+    *type = PyExc_ValueError;
+    snprintf(reason, capacity, "has %d dimensions; at most %d are supported", (int)described->ndim,
+             (int)GF_MAX_DIMS);
+    return 1;
+  default:
+    *type = PyExc_TypeError;
+    snprintf(reason, capacity, "%s", why ? why : "is not a tensor graphed takes");
+    return 1;
+  }
+}
+
 static gf_walk_result gf_walk_add_tensor(gf_walk *walk, PyObject *tensor) {
   if (walk->tensor_count == walk->tensor_capacity) {
     size_t capacity = walk->tensor_capacity ? 2 * walk->tensor_capacity : 64;
@@ -104,19 +122,8 @@ static gf_walk_result gf_walk_add_tensor(gf_walk *walk, PyObject *tensor) {
     walk->objects = objects;
     walk->tensor_capacity = capacity;
   }
-  const char *why = NULL;
-  gf_tensor *described = &walk->tensors[walk->tensor_count];
-  switch (gf_fastcall_torch_describe(tensor, described, &why)) {
-  case GF_DESCRIBE_OK:
-    break;
-  case GF_DESCRIBE_TOO_MANY_DIMS:
-    walk->refusal_type = PyExc_ValueError;
-    snprintf(walk->reason, sizeof walk->reason, "has %d dimensions; at most %d are supported",
-             (int)described->ndim, (int)GF_MAX_DIMS);
-    return GF_WALK_REFUSED;
-  default:
-    walk->refusal_type = PyExc_TypeError;
-    snprintf(walk->reason, sizeof walk->reason, "%s", why ? why : "is not a tensor graphed takes");
+  if (gf_tensor_refused(tensor, &walk->tensors[walk->tensor_count], &walk->refusal_type,
+                        walk->reason, sizeof walk->reason)) {
     return GF_WALK_REFUSED;
   }
   Py_INCREF(tensor);

@@ -51,6 +51,14 @@ typedef struct gf_walk {
  * cannot take (sparse, nested, meta, quantized, storage-less, too many dimensions). */
 gf_walk_result gf_walk_kwargs(gf_walk *walk, PyObject *kwargs, PyObject *variant);
 
+/* The one check of a tensor graphed takes as an input or keep_alive tensor, for every path that
+ * takes one (the walk, the fast path's keep_alive, and Python's through `refusal`): 0 with
+ * *described filled when it can be taken; else 1, with *type the exception (TypeError for a kind
+ * of tensor graphed cannot take, ValueError for too many dimensions) and `reason` the end of a
+ * sentence whose subject is the tensor's path. */
+int gf_tensor_refused(PyObject *tensor, gf_tensor *described, PyObject **type, char *reason,
+                      size_t capacity);
+
 /* Drops the walk's references to its tensor objects (the buffers stay for the next walk). */
 void gf_walk_release(gf_walk *walk);
 

@@ -1,6 +1,7 @@
 // The torch-side runner call both entry points share (see gf_shim_call.h).
 #include "gf_shim_call.h"
 
+#include "gf_shim_host.h"
 #include "gf_shim_interpreter_lock.h"
 #include "gf_shim_tensor.h"
 
@@ -46,30 +47,32 @@ private:
   gf_pool results_{};
 };
 
-// The dispatched path's request on this thread (see ServedEntryRequest).
-thread_local int64_t requested_runner_id = -1;
-thread_local void ***requested_where = nullptr;
+// cpu_inputs="to_device": the CPU inputs of a call, copied to the runner's device (contiguous, as
+// the core reads them); staged keeps the copies until the call returns. Nothing is copied back: a
+// forward that moves such an input itself writes to its own copy too.
+void stage_cpu_inputs(const RunnerSlot &slot, gf_tensor *inputs, size_t input_count,
+                      std::vector<at::Tensor> &staged) {
+  for (size_t i = 0; i < input_count; ++i) {
+    const at::Tensor &tensor = tensor_of_handle(inputs[i].handle);
+    if (tensor.device().is_cpu()) {
+      if (staged.empty()) {
+        staged.reserve(input_count); // the descriptors borrow the copies: no reallocation
+      }
+      staged.push_back(tensor.resolve_conj().resolve_neg().to(slot.device).contiguous());
+      inputs[i] = describe_tensor(staged.back(), false);
+    }
+  }
+}
 
 } // namespace
 
-ServedEntryRequest::ServedEntryRequest(int64_t runner_id, void ***where)
-    : outer_runner_id_(requested_runner_id), outer_where_(requested_where) {
-  *where = nullptr;
-  requested_runner_id = runner_id;
-  requested_where = where;
+ServedEntryWanted::ServedEntryWanted(RunnerSlot &slot, gf_served_entry *where)
+    : slot_(slot), outer_(slot.call->served_request) {
+  where->user = nullptr;
+  slot.call->served_request = where;
 }
 
-ServedEntryRequest::~ServedEntryRequest() {
-  requested_runner_id = outer_runner_id_;
-  requested_where = outer_where_;
-}
-
-void ***take_served_entry_request(int64_t runner_id) {
-  if (requested_where == nullptr || requested_runner_id != runner_id) {
-    return nullptr;
-  }
-  return std::exchange(requested_where, nullptr);
-}
+ServedEntryWanted::~ServedEntryWanted() { slot_.call->served_request = outer_; }
 
 std::unique_lock<std::recursive_mutex> lock_runner(RunnerSlot &slot, LockPolicy policy) {
   std::unique_lock<std::recursive_mutex> lock(slot.mutex, std::try_to_lock);
@@ -93,6 +96,9 @@ gf_status call_runner(RunnerSlot &slot, const void *key, size_t key_length, gf_t
   std::vector<DenseInput> densified;
   for (size_t i = 0; i < input_count; ++i) {
     const at::Tensor &tensor = tensor_of_handle(inputs[i].handle);
+    if (slot.stages_cpu_inputs && tensor.device().is_cpu()) {
+      continue; // staged below, or given to an eager run as it is
+    }
     if (needs_dense_copy(tensor)) {
       densified.push_back({i, &tensor});
       inputs[i] = describe_dense(tensor, dense, input_count);
@@ -101,9 +107,18 @@ gf_status call_runner(RunnerSlot &slot, const void *key, size_t key_length, gf_t
   std::vector<unsigned char> mutated(densified.empty() ? 0 : input_count);
   options.mutated_inputs = mutated.empty() ? nullptr : mutated.data();
   OutputHandles outputs;
+  std::vector<at::Tensor> staged;
   gf_status status;
   {
     std::unique_lock<std::recursive_mutex> guard = lock_runner(slot, policy);
+    if (options.served == nullptr) {
+      options.served = std::exchange(slot.call->served_request, nullptr);
+    }
+    // Only a runner that may replay stages: a disabled one runs the forward eagerly, which gets
+    // the CPU tensors, as without graphed.
+    if (slot.stages_cpu_inputs && gf_runner_disabled_reason(slot.runner)[0] == '\0') {
+      stage_cpu_inputs(slot, inputs, input_count, staged);
+    }
     party.locked();
     status = gf_runner_call(slot.runner, key, key_length, inputs, input_count, keep_alive,
                             keep_alive_count, &options, outputs.pool(), err);

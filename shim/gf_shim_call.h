@@ -1,9 +1,10 @@
 // One runner call on the torch side, shared by the graphed::forward operator's kernel
 // (gf_shim_ops.cpp) and the CPython entry point (pyext/gf_fastcall_torch.cpp), so that the rules
-// of a call are written once: inputs the core cannot read as they are go in as dense copies,
-// whose in-place writes are copied back after the call; the runner's lock is held around the core
-// call only; every output handle the core made is released, on success and failure alike. The two
-// callers differ in how they wait for the lock and where the outputs go.
+// of a call are written once: inputs the core cannot read as they are go in as copies (dense
+// copies, whose in-place writes are copied back after the call; CPU inputs staged on the runner's
+// device where it asks for that); the runner's lock is held around the core call only; every
+// output handle the core made is released, on success and failure alike. The two callers differ
+// in how they wait for the lock and where the outputs go.
 #pragma once
 
 #include "gf_shim_registry.h"
@@ -47,31 +48,31 @@ public:
   virtual void add(at::Tensor output) = 0;
 };
 
-// How the CPython entry's dispatched path (graphed::forward called through the dispatcher, so that
-// FakeTensor and other modes see it, with the runner's lock held) learns which entry served the
-// call: while a ServedEntryRequest lives on this thread, the operator's kernel gives the runner's
-// next call on this thread gf_call_options.entry_user = where (and takes the request, so that the
-// forward's own calls do not see it). *where stays NULL when the kernel is not reached (a mode
-// answered the call) or the call ran eager.
-class ServedEntryRequest {
+// Where slot's next call_runner says which entry served it, when that call is given no
+// options.served: the CPython entry's dispatched path, which reaches the runner through
+// graphed::forward (whose schema cannot carry it), sets this around its operator call while it
+// holds the runner's lock; call_runner takes it under the lock, so the forward's own calls of the
+// runner never see it. where->user stays NULL when the kernel is not reached (a mode answered the
+// call) or the call ran eager.
+class ServedEntryWanted {
 public:
-  ServedEntryRequest(int64_t runner_id, void ***where);
-  ~ServedEntryRequest();
-  ServedEntryRequest(const ServedEntryRequest &) = delete;
-  ServedEntryRequest &operator=(const ServedEntryRequest &) = delete;
+  ServedEntryWanted(RunnerSlot &slot, gf_served_entry *where);
+  ~ServedEntryWanted();
+  ServedEntryWanted(const ServedEntryWanted &) = delete;
+  ServedEntryWanted &operator=(const ServedEntryWanted &) = delete;
 
 private:
-  int64_t outer_runner_id_;
-  void ***outer_where_;
+  RunnerSlot &slot_;
+  gf_served_entry *outer_;
 };
-
-// The request for this runner on this thread, taken (NULL when there is none).
-void ***take_served_entry_request(int64_t runner_id);
 
 // One gf_runner_call of slot's runner. inputs holds a borrowed descriptor of each input tensor
 // (its handle the caller's at::Tensor, which passed unsupported_tensor_reason); call_runner
-// replaces those the core cannot read as they are by descriptors of dense copies, which live
-// until it returns, and sets options.mutated_inputs itself. Throws what torch throws while
+// replaces those the core cannot read as they are by descriptors of copies, which live until it
+// returns: dense copies of strided or lazily conjugated views (a forward's in-place write to one
+// is copied back), and, for a runner that stages CPU inputs (RunnerSlot::stages_cpu_inputs), CPU
+// tensors copied to the runner's device (nothing copied back). It sets options.mutated_inputs
+// itself. Throws what torch throws while
 // densifying or writing back; no output handle leaks either way.
 gf_status call_runner(RunnerSlot &slot, const void *key, size_t key_length, gf_tensor *inputs,
                       size_t input_count, const gf_tensor *keep_alive, size_t keep_alive_count,

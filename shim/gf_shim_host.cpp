@@ -23,24 +23,36 @@ namespace {
 
 HostContext *host_context(void *context) { return static_cast<HostContext *>(context); }
 
-// The phase of the forward this thread is running for a runner (see forward_phase()).
-thread_local gf_forward_phase current_phase = GF_PHASE_EAGER;
+// Process-wide order of the forwards hosts start (see RunnerCall::forward_order).
+std::atomic<uint64_t> forwards_started{0};
 
-// Sets the thread's phase for one forward and puts the outer one back (a forward may call
-// another GraphedForward).
-class PhaseScope {
+// Sets the runner's phase and running thread for one forward and puts the outer ones back (the
+// forward may call the same runner again, through the operator).
+class ForwardScope {
 public:
-  explicit PhaseScope(gf_forward_phase phase) : outer_(current_phase) { current_phase = phase; }
-  ~PhaseScope() { current_phase = outer_; }
-  PhaseScope(const PhaseScope &) = delete;
-  PhaseScope &operator=(const PhaseScope &) = delete;
+  ForwardScope(RunnerCall &call, gf_forward_phase phase)
+      : call_(call), outer_phase_(call.phase),
+        outer_thread_(call.forward_thread.load(std::memory_order_relaxed)),
+        outer_order_(call.forward_order.load(std::memory_order_relaxed)) {
+    call.phase = phase;
+    call.forward_thread.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    call.forward_order.store(forwards_started.fetch_add(1, std::memory_order_relaxed) + 1,
+                             std::memory_order_relaxed);
+  }
+  ~ForwardScope() {
+    call_.phase = outer_phase_;
+    call_.forward_thread.store(outer_thread_, std::memory_order_relaxed);
+    call_.forward_order.store(outer_order_, std::memory_order_relaxed);
+  }
+  ForwardScope(const ForwardScope &) = delete;
+  ForwardScope &operator=(const ForwardScope &) = delete;
 
 private:
-  gf_forward_phase outer_;
+  RunnerCall &call_;
+  gf_forward_phase outer_phase_;
+  std::thread::id outer_thread_;
+  uint64_t outer_order_;
 };
-
-// Set by mark_forward_error while the forward unwinds; read and cleared by host_run_forward.
-thread_local bool forward_error_marked = false;
 
 gf_status host_clone_static(void *, const gf_tensor *live, gf_tensor *out, gf_error *err) {
   try {
@@ -94,9 +106,9 @@ std::vector<int64_t> versions_of(const std::vector<at::Tensor> &tensors) {
 gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tensor *inputs,
                            size_t count, gf_pool *outputs, unsigned char *mutated, gf_error *err) {
   HostContext *host = host_context(context);
-  forward_error_marked = false;
+  host->call.forward_error_marked = false;
   try {
-    PhaseScope in_phase(phase);
+    ForwardScope in_phase(host->call, phase);
     // graphed replays inference forwards: nothing it captures records autograd history.
     at::NoGradGuard no_grad;
     std::vector<at::Tensor> arguments;
@@ -129,8 +141,8 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
   } catch (...) {
     // The fact only: whose error it is (the caller's, or a capture failure with a group) is the
     // core's to decide (gf_capture.c).
-    const bool own_error = forward_error_marked;
-    forward_error_marked = false;
+    const bool own_error = host->call.forward_error_marked;
+    host->call.forward_error_marked = false;
     if (own_error) {
       return gf_error_set(err, GF_ERR_FORWARD, "graphed: the forward of '%s' raised",
                           host->name.c_str());
@@ -157,6 +169,7 @@ int host_agree(void *context, int ok) {
 
 void host_release(void *, void *handle) { release_handle(handle); }
 
+// The stack in kObserverSchema's order.
 void tell_observer(const HostContext &host, const char *kind, const gf_event &event) {
   std::vector<c10::IValue> stack{std::string(kind),
                                  std::string(event.message != nullptr ? event.message : ""),
@@ -205,7 +218,11 @@ void host_warn(void *context, const char *message) {
     TORCH_WARN(message);
     return;
   }
-  gf_event warning{GF_EVENT_DISABLED, message, 0.0, -1, -1, 0, 0, nullptr, 0};
+  gf_event warning{};
+  warning.kind = GF_EVENT_DISABLED; // not read: tell_observer is given the kind "warning"
+  warning.message = message;
+  warning.device_bytes = -1;
+  warning.reserved_bytes = -1;
   try {
     tell_observer(*host, "warning", warning);
   } catch (...) {
@@ -226,9 +243,11 @@ void host_destroy(void *context) { delete host_context(context); }
 
 } // namespace
 
-gf_forward_phase forward_phase() { return current_phase; }
+const char *const kObserverSchema =
+    "(str kind, str message, float seconds, int device_bytes, int reserved_bytes, "
+    "int static_bytes, int count, str shapes) -> ()";
 
-void mark_forward_error() { forward_error_marked = true; }
+void mark_forward_error(RunnerCall &call) { call.forward_error_marked = true; }
 
 void set_entry_user_release(EntryUserRelease release) {
   installed_user_release.store(release, std::memory_order_release);

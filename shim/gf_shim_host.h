@@ -6,32 +6,68 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <atomic>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 
 extern "C" {
 #include "gf_host.h"
+#include "gf_runner.h"
 }
 
 namespace graphed {
 
+// A runner's share of the call in flight (Note [The call in flight], pyext/gf_call_state.h). One
+// per runner, not per thread: a runner's calls are serialised by its recursive lock
+// (gf_shim_registry.h), so every field is read and written by the thread that holds that lock.
+// A forward stays on the thread that called it (graphed replays inference forwards; autograd's
+// threads, which take a capture across threads in ATen's CUDAGraph, never run one), and a nested
+// forward of the same runner (the forward calling it through the operator) saves and puts back
+// what it changes.
+struct RunnerCall {
+  // Why the forward now running was called (GF_PHASE_EAGER outside one): written by
+  // host_run_forward around each forward; read by CallState.phase and graphed::forward_phase.
+  gf_forward_phase phase = GF_PHASE_EAGER;
+  // Set by mark_forward_error while the forward unwinds; read and cleared by host_run_forward.
+  bool forward_error_marked = false;
+  // Where the CPython entry's dispatched path wants to learn which entry serves its call (it goes
+  // through graphed::forward, whose schema cannot carry that): set by that path around its
+  // operator call, taken by the runner's next call_runner (so the forward's own calls never see
+  // it).
+  gf_served_entry *served_request = nullptr;
+  // The thread running this runner's forward and when that forward started (a process-wide
+  // count; 0: none runs), so that forward_phase() without a runner finds the innermost forward of
+  // the calling thread. Atomic because that search reads other runners' records.
+  std::atomic<std::thread::id> forward_thread{};
+  std::atomic<uint64_t> forward_order{0};
+};
+
 struct HostContext {
+  explicit HostContext(c10::OperatorHandle forward) : forward_op(std::move(forward)) {}
+
   c10::OperatorHandle forward_op;              // (Tensor[] inputs) -> Tensor[]
   std::optional<c10::OperatorHandle> agree_op; // (Tensor ok) -> Tensor, MIN over the group
   std::string name;
-  // (str kind, str message, float seconds, int device_bytes, int reserved_bytes, int static_bytes,
-  //  int count, str shapes) -> (): told of every gf_event ("captured", "evicted", "disabled",
-  //  "churn") and
-  // of the runner's warnings ("warning"); without it warnings go to TORCH_WARN.
+  // kObserverSchema: told of every gf_event ("captured", "evicted", "disabled", "churn") and of
+  // the runner's warnings ("warning"); without it warnings go to TORCH_WARN.
   std::optional<c10::OperatorHandle> observer_op;
   // The registered name of a torch.distributed process group: agreement is the shim's own
   // all-reduce over it (gf_shim_group.h) instead of agree_op's.
   std::optional<std::string> group_name;
   c10::Device device{c10::DeviceType::CPU};
+  RunnerCall call; // the runner's share of the call in flight
 
   // Whether the runner's capture outcomes are agreed across ranks.
   bool agrees() const { return agree_op.has_value() || group_name.has_value(); }
 };
+
+// The schema (without a name) of a runner's observer operator: the host packs its stack in this
+// order, and Python defines its observers with it (graphed._observe reads it through
+// graphed::observer_schema), so the fields are named here only.
+extern const char *const kObserverSchema;
 
 // Finds an operator "namespace::name" (no overload) or throws a c10::Error naming it.
 c10::OperatorHandle find_operator(const std::string &qualified_name, const char *role);
@@ -39,16 +75,12 @@ c10::OperatorHandle find_operator(const std::string &qualified_name, const char 
 // A gf_host over a new HostContext (freed by host.destroy).
 gf_host make_torch_host(HostContext *context);
 
-// Why the forward running on this thread was called (GF_PHASE_EAGER outside the host's runs);
-// the forward operator reads it through graphed::forward_phase.
-gf_forward_phase forward_phase();
-
-// Marks that the forward now running in this thread raised an error of its own (a Python
+// Marks that the forward `call`'s runner is running raised an error of its own (a Python
 // forward's ValueError, KeyboardInterrupt, ...), not a failure of the capture: host_run_forward
 // then returns GF_ERR_FORWARD. The core alone decides what that means: without agreement the
 // caller gets the error and the runner stays enabled; with a process group it is a capture
-// failure, so that the ranks disable together.
-void mark_forward_error();
+// failure, so that the ranks disable together. Under the runner's lock (the forward runs there).
+void mark_forward_error(RunnerCall &call);
 
 // Releases what a CPython entry point keeps in a cache entry (gf_entry.user: its output template):
 // the shim has no Python, so the extension installs the function when it loads, as it installs

@@ -77,23 +77,12 @@ private:
   c10::ArrayRef<c10::IValue> items_;
 };
 
-// The table a runner on `device` is made on when it shares `pool`: the pool's, when its backend is
-// the one the runner would get (named, or chosen at load); else the runner's own (a pool of
-// another backend shares no memory with it). A pool on another device is a ValueError.
-const gf_backend *backend_sharing_pool(const std::shared_ptr<PoolSlot> &pool, c10::Device device,
-                                       const gf_backend *named) {
-  const bool same_index =
-      !pool->device.has_index() || !device.has_index() || pool->device.index() == device.index();
-  if (pool->device.type() != device.type() || !same_index) {
-    TORCH_CHECK_VALUE(false, format_message("graphed: the memory pool is on %s, the runner on %s; "
-                                            "give runners a pool of their own device",
-                                            pool->device.str().c_str(), device.str().c_str()));
-  }
-  const gf_backend *chosen = named != nullptr ? named : gf_backend_current();
-  if (pool->table != nullptr && std::string(pool->table->name) == chosen->name) {
-    return pool->table;
-  }
-  return named;
+// The pool handle a runner on `backend` (NULL: the one chosen at load) is made on when it shares
+// `pool`: the pool's, when the backend that made it is the runner's; else NULL, memory of the
+// runner's own (a pool of another backend shares no memory with it).
+void *pool_handle_for(const PoolSlot &pool, const gf_backend *backend) {
+  const gf_backend *runner_backend = backend != nullptr ? backend : gf_backend_current();
+  return pool.backend == runner_backend ? pool.handle : nullptr;
 }
 
 int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Device device,
@@ -101,8 +90,11 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
                   std::optional<c10::string_view> agree_op,
                   std::optional<c10::string_view> observer_op,
                   std::optional<c10::string_view> group_name,
-                  std::optional<c10::string_view> backend_name,
-                  std::optional<int64_t> memory_pool) {
+                  std::optional<c10::string_view> backend_name, std::optional<int64_t> memory_pool,
+                  c10::string_view cpu_inputs) {
+  TORCH_CHECK_VALUE(cpu_inputs == "refuse" || cpu_inputs == "to_device",
+                    "graphed: cpu_inputs must be 'refuse' or 'to_device', got '",
+                    std::string(cpu_inputs), "'");
   if (max_entries < 1 || warmup_iters < 0 || warmup_iters > INT32_MAX) {
     TORCH_CHECK_VALUE(false, format_message("graphed: max_entries must be at least 1 and "
                                             "warmup_iters between 0 and 2147483647, got %lld and "
@@ -119,15 +111,12 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
                                               std::string(*backend_name).c_str(), why));
     }
   }
+  std::shared_ptr<PoolSlot> pool; // held until the runner holds the pool itself
   if (memory_pool.has_value()) {
-    backend = backend_sharing_pool(find_pool(*memory_pool), device, backend);
+    pool = find_pool(*memory_pool, device);
   }
-  auto *context = new HostContext{find_operator(std::string(forward_op), "forward"),
-                                  std::nullopt,
-                                  std::string(name),
-                                  std::nullopt,
-                                  std::nullopt,
-                                  device};
+  auto *context = new HostContext{find_operator(std::string(forward_op), "forward")};
+  context->name = std::string(name);
   try {
     if (agree_op.has_value() && !agree_op->empty()) {
       context->agree_op = find_operator(std::string(*agree_op), "agreement");
@@ -151,14 +140,17 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
   config.max_entries = static_cast<size_t>(max_entries);
   config.warmup_iters = static_cast<int>(warmup_iters);
   config.enabled = enabled ? 1 : 0;
+  config.pool = pool != nullptr ? pool_handle_for(*pool, backend) : nullptr;
   gf_host host = make_torch_host(context);
+  RunnerCall *call = &context->call; // the runner owns the context from here on
   gf_runner *runner = nullptr;
   gf_error err{};
   gf_status status = gf_runner_create(&config, &host, backend, &runner, &err);
   if (status != GF_OK) {
     raise_status(status, err);
   }
-  return register_runner(runner, std::string(name), device);
+  const bool stages_cpu_inputs = cpu_inputs == "to_device" && !device.is_cpu();
+  return register_runner(runner, std::string(name), device, call, stages_cpu_inputs);
 }
 
 // Collects a call's outputs into the c10::List the stack holds them in.
@@ -176,8 +168,8 @@ c10::List<at::Tensor> run_forward(int64_t runner_id, c10::string_view key,
   std::vector<at::Tensor> dense_keep_alive;
   std::vector<gf_tensor> described = describe_borrowed(inputs, nullptr);
   std::vector<gf_tensor> held = describe_borrowed(keep_alive, &dense_keep_alive);
-  gf_call_options options{pin ? 1 : 0, static_outputs ? 1 : 0, nullptr,
-                          take_served_entry_request(runner_id)};
+  // served stays NULL: call_runner takes the CPython entry's request, if any, under the lock.
+  gf_call_options options{pin ? 1 : 0, static_outputs ? 1 : 0, nullptr, nullptr};
   ListOfOutputs outputs;
   gf_error err{};
   gf_status status =
@@ -391,7 +383,9 @@ int64_t entry_replays_op(int64_t runner_id, c10::string_view key, at::TensorList
                                  described.size());
 }
 
-int64_t forward_phase_op() { return static_cast<int64_t>(forward_phase()); }
+std::string observer_schema_op() { return kObserverSchema; }
+
+int64_t forward_phase_op() { return static_cast<int64_t>(phase_of_forward_on_this_thread()); }
 
 } // namespace
 
@@ -400,7 +394,8 @@ int64_t forward_phase_op() { return static_cast<int64_t>(forward_phase()); }
 TORCH_LIBRARY(graphed, m) {
   m.def("create(str name, str forward_op, Device device, int max_entries=16, "
         "int warmup_iters=2, bool enabled=True, str? agree_op=None, str? observer_op=None, "
-        "str? group_name=None, str? backend=None, int? memory_pool=None) -> int",
+        "str? group_name=None, str? backend=None, int? memory_pool=None, "
+        "str cpu_inputs='refuse') -> int",
         &graphed::create_op);
   m.def("pool_create(Device device) -> int", &graphed::pool_create_op);
   m.def("pool_release(int pool) -> ()", &graphed::pool_release_op);
@@ -419,6 +414,7 @@ TORCH_LIBRARY(graphed, m) {
   m.def("backend() -> str[]", &graphed::backend_op);
   m.def("entry_replays(int runner, str key, Tensor[] inputs) -> int", &graphed::entry_replays_op);
   m.def("forward_phase() -> int", &graphed::forward_phase_op);
+  m.def("observer_schema() -> str", &graphed::observer_schema_op);
   m.def("entries(int runner) -> (str[], str[], int[], int[], int[], int[], int[], int[], int[], "
         "int[])",
         &graphed::entries_op);

@@ -44,7 +44,6 @@ _NO_HELD: tuple = ()
 _NO_KEEP_ALIVE: list = []
 # Bound once: the call path reads it on every call (torch.compile recognises the function).
 _is_compiling = torch.compiler.is_compiling
-_MAX_DIMS = _fastcall.MAX_DIMS
 _PHASE_CAPTURE = _phases.PHASE_CAPTURE
 _PHASE_EAGER = _phases.PHASE_EAGER
 
@@ -161,19 +160,15 @@ def _positional_names(module: Any) -> tuple[tuple[str, ...], str | None]:
 
 
 def _check_keep_alive(tensors: list[torch.Tensor]) -> None:
-    """The Python path's check of keep_alive tensors, the one the C entry makes on the fast path
-    (graphed::unsupported_tensor_reason and the dimension limit)."""
+    """The Python path's check of keep_alive tensors: the one every path makes (the extension's
+    `refusal`)."""
     for index, tensor in enumerate(tensors):
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
             continue  # subclasses go through the dispatcher, where their modes see them
-        why = _fastcall.unsupported_reason(tensor)
-        if why is not None:
-            raise TypeError(f"graphed: keep_alive[{index}] {why}")
-        if tensor.dim() > _MAX_DIMS:
-            raise ValueError(
-                f"graphed: keep_alive[{index}] has {tensor.dim()} dimensions; at most {_MAX_DIMS} "
-                "are supported"
-            )
+        refused = _fastcall.refusal(tensor)
+        if refused is not None:
+            error_type, why = refused
+            raise error_type(f"graphed: keep_alive[{index}] {why}")
 
 
 def _define_op(schema_tail: str, implementation: Callable) -> str:
@@ -521,7 +516,7 @@ class GraphedForward:
         kwargs = (
             _fastcall.decode(state.key, inputs) if type(tree) is dict else unflatten(tree, inputs)
         )
-        phase = _phases.current_phase()
+        phase = state.phase
         settles_state = self._baked is not None and phase in (_PHASE_CAPTURE, _PHASE_EAGER)
         if settles_state and phase == _PHASE_CAPTURE and self._call_state.watch_fired():
             # The probe or the warm-ups changed what the watch sees (a lazy setup): the capture's

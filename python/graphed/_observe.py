@@ -30,10 +30,6 @@ _log = logging.getLogger("graphed")
 _observers_library = torch.library.Library("graphed_observers", "FRAGMENT")
 _numbers = itertools.count()
 _lock = threading.Lock()
-_SCHEMA = (
-    "(str kind, str message, float seconds, int device_bytes, int reserved_bytes, "
-    "int static_bytes, int count, str shapes) -> ()"
-)
 _RECENT_KEYS = 6
 # The core's messages carry their own "graphed: " for hosts that print them as they are (its
 # TORCH_WARN path); a record's logger name says it already, so it is dropped from the message,
@@ -146,7 +142,8 @@ def define_observer(log: RunnerLog) -> str:
 
     with _lock:
         name = f"log{next(_numbers)}"
-        _observers_library.define(name + _SCHEMA)
+        # The fields, in the order the shim packs them, are named there once.
+        _observers_library.define(name + torch.ops.graphed.observer_schema())
         _observers_library.impl(name, observe, "CompositeExplicitAutograd")
     return f"graphed_observers::{name}"
 

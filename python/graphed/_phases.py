@@ -41,8 +41,8 @@ PHASE_PROBE = _fastcall.PHASE_PROBE
 PHASE_WARMUP = _fastcall.PHASE_WARMUP
 PHASE_CAPTURE = _fastcall.PHASE_CAPTURE
 
-# What torch's sync-debug mode "warn" says for each synchronizing operator.
-_SYNC_WARNING = "called a synchronizing CUDA operation"
+# What torch's sync-debug mode "warn" says for each synchronizing operator (named once, in C).
+_SYNC_WARNING = _fastcall.SYNC_WARNING
 
 _local = threading.local()
 _installed_lock = threading.Lock()

@@ -122,33 +122,24 @@ class _BadTensor(_PathError):
         self.error_type = error_type
 
 
-_MAX_DIMS = 12
-_unsupported_reason = None
+def _native_refusal(tensor: torch.Tensor) -> tuple[type[Exception], str] | None:
+    """The check every path makes of a tensor (pyext's gf_tensor_refused: the kinds of tensor the
+    core cannot take and the dimension limit), from the extension; tests that load this file
+    without the package replace this function."""
+    from ._native._graphed_fastcall import refusal
 
-
-def _no_reason(tensor: torch.Tensor) -> None:
-    return None
+    return refusal(tensor)
 
 
 def _check_tensor(tensor: torch.Tensor) -> None:
-    """The check both native paths make (graphed::unsupported_tensor_reason and the dimension
-    limit), for plain tensors; subclasses go through the dispatcher, where their modes see them."""
-    global _unsupported_reason
+    """The native paths' check, for plain tensors; subclasses go through the dispatcher, where
+    their modes see them."""
     if type(tensor) is not torch.Tensor and type(tensor) is not torch.nn.Parameter:
         return
-    if _unsupported_reason is None:
-        try:
-            from ._native._graphed_fastcall import unsupported_reason
-        except ImportError:  # this module loaded on its own, without the native library
-            unsupported_reason = _no_reason
-        _unsupported_reason = unsupported_reason
-    why = _unsupported_reason(tensor)
-    if why is not None:
-        raise _BadTensor(why, TypeError)
-    if tensor.dim() > _MAX_DIMS:
-        raise _BadTensor(
-            f"has {tensor.dim()} dimensions; at most {_MAX_DIMS} are supported", ValueError
-        )
+    refused = _native_refusal(tensor)
+    if refused is not None:
+        error_type, why = refused
+        raise _BadTensor(why, error_type)
 
 
 def _is_namedtuple_type(cls: type) -> bool:
