@@ -1,4 +1,5 @@
-"""graphed: replay captured device graphs of fixed-shape, keyword-only forwards.
+"""graphed: replay captured device graphs of fixed-shape nn.Module forwards (positional arguments
+are bound to the forward's parameter names and keyed as keywords).
 
 Importing the package loads the native plugin, which registers `torch.ops.graphed.*`."""
 
