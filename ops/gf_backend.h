@@ -44,7 +44,8 @@ typedef struct gf_backend {
                              gf_error *err);
   void (*runner_destroy)(void *context, void *state);
 
-  /* A graph memory pool several runners share (graphed.MemoryPool), so that they reserve about
+  /* (Note [Memory pools], backends/cuda/gf_cuda_torch_internal.h, tells the CUDA pool's life.)
+   * A graph memory pool several runners share (graphed.MemoryPool), so that they reserve about
    * what the largest of them needs rather than the sum. pool_create makes one on the device
    * (device_type/index as in gf_tensor, -1: the current device) holding one reference, or leaves
    * *pool NULL where the backend has no pools on that device; pool_release drops that reference,

@@ -434,9 +434,15 @@ gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *input
     gf_entry_destroy(entry);
   }
   if (status == GF_ERR_FORWARD && runner->host.agree == NULL) {
-    /* The forward raised an error of its own: the caller gets it once, as from an eager call;
-     * the runner stays enabled and the forward does not run again. With a process group it is a
-     * capture failure like any other: every rank disabled together (below). */
+    /* Note [The forward's own error]
+     * Q: The forward raised during the probe, a warm-up or the capture (a Python ValueError, a
+     *    KeyboardInterrupt, an out-of-memory): is that a failed capture?
+     * A: The host only reports the fact (GF_ERR_FORWARD: CallState.record_error(own=True) marked
+     *    the runner's call, shim/gf_shim_host.cpp); the rule is here, once. Without agreement the
+     *    caller gets the error once, as from an eager call; the runner stays enabled and the
+     *    forward does not run again. With a process group it is a capture failure like any
+     *    other: every rank disables together (below), and the eager run after it runs the forward
+     *    again on every rank, so that its collectives pair with the peers'. */
     return gf_error_set(err, status, "%s", capture_err.message);
   }
   if (status != GF_OK) {

@@ -1,4 +1,5 @@
-/* What a GraphedForward's graphs read by address besides their inputs, watched between calls: the
+/* Note [The watch]
+ * What a GraphedForward's graphs read by address besides their inputs, watched between calls: the
  * module's parameters, buffers and tensor attributes, and the dicts that say which tensors,
  * submodules, hooks and modes the module has. A graph bakes in the addresses its capture saw; if a
  * parameter is re-assigned (`m.weight = nn.Parameter(w)`), swapped through `.data`, moved or
@@ -13,7 +14,10 @@
  *    `load_state_dict`, a LoRA fused into the same tensor) does not, and keeps replaying;
  *  - a mutation of any watched dict: on Python 3.12 and later through a dict watcher (one counter
  *    for the process, so the check reads one word), before that through each dict's version tag
- *    (PEP 509; one word per dict). */
+ *    (PEP 509; one word per dict).
+ * Who does what: this file arms and checks (CallState.watch / watch_fired, and both entries before
+ * each call, which return CHANGED when it fires); graphed._baked's Watch records, compares and
+ * settles (what a change means: a recapture, or eager under an offload hook). */
 #ifndef GF_BAKED_H
 #define GF_BAKED_H
 

@@ -156,7 +156,8 @@ static PyMemberDef gf_call_state_members[] = {
 /* record_error(exception, own): the forward's exception, handed to the caller of the call in
  * flight (outside a call it is not kept). `own` (true for an error of the forward's own rather than
  * a failure of the capture) also marks the runner's call (RunnerCall), so that the host reports
- * GF_ERR_FORWARD and the core decides whose error it is (see gf_shim_host.h). */
+ * GF_ERR_FORWARD and the core decides whose error it is (Note [The forward's own error],
+ * ops/gf_capture.c). */
 static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *const *args,
                                             Py_ssize_t nargs) {
   if (nargs != 2) {

@@ -186,7 +186,8 @@ std::unique_lock<std::recursive_mutex> lock_runner(graphed::RunnerSlot &slot) {
   return graphed::lock_runner(slot, graphed::LockPolicy::release_interpreter_lock);
 }
 
-// Puts the call into its GraphedForward's call state and, on exit, the outer call back. Built
+// Puts the call into its GraphedForward's call state (Note [The call in flight], gf_call_state.h)
+// and, on exit, the outer call back. Built
 // only while the runner's lock is held.
 // The forward's exception recorded during the call is handed to call->error on exit.
 class CallInFlight {

@@ -140,7 +140,7 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
     return GF_OK;
   } catch (...) {
     // The fact only: whose error it is (the caller's, or a capture failure with a group) is the
-    // core's to decide (gf_capture.c).
+    // core's to decide (Note [The forward's own error], ops/gf_capture.c).
     const bool own_error = host->call.forward_error_marked;
     host->call.forward_error_marked = false;
     if (own_error) {

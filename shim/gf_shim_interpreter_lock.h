@@ -1,3 +1,4 @@
+// Note [GIL release]
 // Where the shim runs work that releases Python objects, holding the Python interpreter's lock
 // once for all of it, and work that waits for other threads, with the lock released. When the last
 // C++ reference to a tensor that a Python object also holds goes, torch takes that lock to release
@@ -5,7 +6,10 @@
 // released, so dropping K such tensors there takes it K times. The shim has no Python: the CPython
 // entry point (pyext/) installs the way to take the lock when it loads. Without it (a process with
 // no Python, or the plugin loaded on its own) the work runs as it is, and torch takes the lock per
-// object as before.
+// object as before. The rule that keeps this free of deadlocks: nothing waits for a runner's mutex
+// while holding the interpreter's lock (lock_runner waits with it released, gf_shim_call.cpp, and
+// torch.ops releases it around every kernel), so work that takes the lock may run while a runner's
+// mutex is held.
 #pragma once
 
 namespace graphed {

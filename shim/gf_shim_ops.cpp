@@ -237,8 +237,8 @@ bool releases_a_python_object(const c10::IValue &list) {
 // release that object (TensorImpl::decref_pyobject). Measured with callgrind on torch 2.14.1 at
 // K=64, that was about a third of the operator's instructions and 65 GIL acquisitions a call.
 // This kernel reads the tensors in place on the stack and releases both lists under one
-// acquisition (run_holding_interpreter_lock), taken only when a release needs it. C++ callers
-// reach it through the dispatcher's boxing, which costs them one IValue per tensor.
+// acquisition (run_holding_interpreter_lock, Note [GIL release]), taken only when a release needs
+// it. C++ callers reach it through the dispatcher's boxing, which costs them one IValue per tensor.
 void forward_kernel(const c10::OperatorHandle &, torch::jit::Stack *stack) {
   constexpr size_t argument_count = 6;
   c10::IValue *arguments = &*(stack->end() - argument_count);

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 
+// Note [Memory pools]
 // A graph memory pool: a private pool of torch's caching allocator (`id`) and the one side stream
 // every warm-up and capture into it runs on (the allocator reuses a freed block only on the stream
 // it was freed on, so graphs of one pool share memory only through one stream).
