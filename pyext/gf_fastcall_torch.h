@@ -1,4 +1,5 @@
-/* What the CPython entry point (pyext/) needs from libtorch, as plain C: recognise tensor and
+/* Private to pyext/ (tests/python/test_layering.py keeps it so): the extension's two halves talk
+ * through it. What the CPython entry point (pyext/) needs from libtorch, as plain C: recognise tensor and
  * torch leaf objects, describe a tensor without copying, and run one runner call (directly, or
  * through the dispatcher for the Python path) with the call state set, getting the outputs back
  * as new Python tensor objects. Definitions catch every C++ exception and return a status. */

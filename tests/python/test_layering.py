@@ -27,7 +27,11 @@ ALLOWED = {
     "tests/plugin": {"ops"},
 }
 # Private header -> the one folder that may include it.
-PRIVATE = {"gf_runner_internal.h": "ops", "gf_cuda_torch_internal.h": "backends/cuda"}
+PRIVATE = {
+    "gf_runner_internal.h": "ops",
+    "gf_cuda_torch_internal.h": "backends/cuda",
+    "gf_fastcall_torch.h": "pyext",
+}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
