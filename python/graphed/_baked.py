@@ -11,12 +11,15 @@ compute with what is gone, silently.
 hooks and an instance `forward` override), every parameter, buffer and tensor attribute (identity,
 data address, dtype, device, shape, strides), and torch's global forward hooks. It also lists what
 the native watch checks before every call (pyext/gf_baked.h): the dicts that hold all of that and
-the tensors' addresses. When the watch fires, GraphedForward takes a new BakedState and compares:
-equal (an attribute the forward set, a mode set to what it was) keeps the graphs; a difference
-drops them, so the next call captures what the module is now; a hook that moves weights at every
-call (`weight_moving_hook`) disables the runner, which then runs eager. An in-place update at the
-same address (`load_state_dict`, `copy_`, a LoRA fused into the same tensor) changes nothing here
-and keeps replaying, as it computes what eager does.
+the tensors' addresses. A GraphedForward holds one `Watch`, which owns the life cycle: it arms
+the native check, and when the check fires (a call returns CHANGED) it takes a new BakedState and
+compares: equal (an attribute the forward set, a mode set to what it was) keeps the graphs; a
+difference drops them, so the next call captures what the module is now; a hook that moves
+weights at every call (`weight_moving_hook`) disables the runner, which then runs eager. It also
+settles what a capture's forward itself changed, and lists for graphed._phases what warm-ups put
+back (`state_to_keep`). An in-place update at the same address (`load_state_dict`, `copy_`, a
+LoRA fused into the same tensor) changes nothing here and keeps replaying, as it computes what
+eager does.
 
 What it cannot see: a tensor held deeper than a module attribute (an object in an attribute that
 holds a tensor, a closure, a global) is baked in unwatched; pass such tensors as keep_alive, or
@@ -25,11 +28,16 @@ reset() after changing them, and use verify mode (graphed._verify) to prove a ne
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.nn.modules import module as _module_globals
+
+from ._phases import StateToKeep
+
+_log = logging.getLogger("graphed")
 
 # The dicts of a submodule that say what it computes with: its tensors, its children, its hooks
 # (a forward hook registered with_kwargs is in _forward_hooks too).
@@ -156,3 +164,105 @@ def weight_moving_hook(module: torch.nn.Module) -> str | None:
                 "computes or where its weights are from call to call"
             )
     return None
+
+
+class Watch:
+    """The watch of one GraphedForward's module: arm, check, compare, settle (see the module
+    docstring). The check itself is native (the call state's watch, pyext/gf_baked.h); the
+    record it compares with is `baked` (None while nothing is watched: a callable that is not an
+    nn.Module, or a runner disabled). Methods that act on the runner take it as an argument (it
+    answers module, name, stats(), disable(reason) and reset()), so the watch holds no reference
+    to it."""
+
+    def __init__(self, call_state: Any) -> None:
+        self._call_state = call_state
+        self.baked: BakedState | None = None
+
+    def arm(self, runner: Any) -> None:
+        """Records what the graphs bake in besides their inputs and arms the native check of it;
+        a hook that moves the weights at every call disables the runner instead."""
+        module = runner.module
+        if not isinstance(module, torch.nn.Module) or not runner.stats()["enabled"]:
+            self.stop()
+            return
+        hook = weight_moving_hook(module)
+        if hook is not None:
+            self.stop()
+            reason = (
+                f"{hook}, and a graph replays the addresses its capture saw; calls run eager. "
+                "To graph this module keep it on the device (for a diffusers pipeline, "
+                "pipe.to(device) instead of enable_model_cpu_offload or "
+                "enable_sequential_cpu_offload), and wrap it after removing the hooks"
+            )
+            # Said once: the disable's own report (graphed._observe) names the reason.
+            runner.disable(reason)
+            return
+        self.record(module)
+        if self._call_state.watch_fired():
+            # A tensor whose address torch will not say (see pyext/gf_baked.h): no watch can
+            # hold, and a graph of it cannot be kept right.
+            runner.disable(
+                "graphed cannot watch the addresses of the module's tensors (a tensor torch will "
+                "not give an address for); calls run eager"
+            )
+
+    def stop(self) -> None:
+        """No check before calls (a disabled runner replays nothing)."""
+        self._call_state.unwatch()
+        self.baked = None
+
+    def record(self, module: torch.nn.Module) -> BakedState:
+        """Records the module as it is now and arms the check of it."""
+        self.baked = BakedState(module)
+        self._call_state.watch(self.baked.dicts, self.baked.tensors)
+        return self.baked
+
+    def follow_change(self, runner: Any) -> None:
+        """The check fired (or a module method ran): compares the module with what the graphs
+        baked in; drops the graphs when anything they rely on differs, so that the next call
+        captures again."""
+        recorded = self.baked
+        self.arm(runner)
+        if recorded is None or self.baked is None:
+            return
+        changed = recorded.differences(self.baked)
+        if changed:
+            runner.reset()
+            _log.info(
+                "runner '%s': %s changed since the graphs were captured; they are "
+                "dropped and captured again",
+                runner.name,
+                ", ".join(changed),
+            )
+
+    def before_capture(self, module: torch.nn.Module) -> None:
+        """Before the capture's forward: the probe or the warm-ups changed what the check sees
+        (a lazy setup), so the capture is judged against the module as they left it."""
+        if self.baked is not None and self._call_state.watch_fired():
+            self.record(module)
+
+    def settle(self, module: torch.nn.Module) -> list[str]:
+        """After the forward ran for a capture (or eagerly inside the core): what the graphs
+        baked in is the module as the forward left it. Returns what the forward re-assigned of
+        what the graphs read (the graphs captured before it read what it replaced: named once
+        by the caller). Nothing is recorded again when the check says nothing changed (the usual
+        case: two reads)."""
+        if not self._call_state.watch_fired():
+            return []
+        recorded = self.baked
+        after = self.record(module)
+        return recorded.differences(after) if recorded is not None else []
+
+    def state_to_keep(self, held: tuple) -> StateToKeep:
+        """What a forward may change besides its inputs, for graphed._phases to put back after
+        each warm-up (or name): the module's buffers and its submodules' tensor attributes, the
+        call's keep_alive tensors (among `held`), and its parameters and submodules, as the
+        record lists them (current: the check did not fire, or re-recorded)."""
+        tensors = [item for item in held if isinstance(item, torch.Tensor)]
+        baked = self.baked
+        if baked is None:
+            return StateToKeep(tensors, [], [])
+        restored = [tensor for kind in ("buffer", "attribute") for _, tensor in baked.by_kind[kind]]
+        return StateToKeep(
+            [*restored, *tensors], list(baked.by_kind["parameter"]), list(baked.modules)
+        )

@@ -28,8 +28,9 @@ graph reads and writes those tensors where they are. What this file does, and on
   decode step in torch.compile on a GPU with a static cache, and compile would trace past the
   graph.
 - graphed's probe and warm-up forwards before a capture are runs eager would not make, and each
-  advances the cache's length: the step puts the lengths back after them (the keys and values
-  they wrote sit at the position the captured step writes again).
+  advances the cache's length and writes keys and values: graphed puts back every keep_alive
+  tensor a warm-up wrote (graphed._phases), and the step's keep_alive are the layers' keys,
+  values and lengths, so the capturing step leaves the cache as eager leaves it.
 - What it needs of transformers (the cache kwarg of the forward, StaticLayer and its tensors, the
   model's get_compiled_call) is checked where it is used: a missing import or cache parameter
   raises at graph_generation, and a decode step that runs eagerly because something could not be
@@ -52,7 +53,6 @@ from typing import Any
 
 import torch
 
-from . import _phases
 from ._forward import GraphedForward
 
 __all__ = ["GraphedGeneration", "graph_generation"]
@@ -60,8 +60,6 @@ __all__ = ["GraphedGeneration", "graph_generation"]
 # The forward's cache parameter: transformers 5.24 names it `cache` (and deprecates the older
 # name), 5.17 `past_key_values`. The first one the model's forward takes is the one passed.
 _CACHE_KWARGS = ("cache", "past_key_values")
-# The runs of the step the core makes before a capture, besides the one the caller asked for.
-_EXTRA_RUNS = (_phases.PHASE_PROBE, _phases.PHASE_WARMUP)
 # A layer's tensors the graph holds, in this order.
 _LAYER_TENSORS = ("keys", "values", "cumulative_length")
 # Names for the held sets, the variant of their graphs' keys; never reused.
@@ -150,17 +148,7 @@ class _DecodeStep(torch.nn.Module):
 
     def forward(self, **kwargs: Any) -> Any:
         cache, name = self._in_flight.cache, self._in_flight.name
-        lengths = [layer.cumulative_length for layer in cache.layers]
-        saved = (
-            [length.clone() for length in lengths]
-            if _phases.current_phase() in _EXTRA_RUNS
-            else None
-        )
         output = self._model_forward(**kwargs, **{name: cache})
-        if saved is not None:
-            with torch.no_grad():
-                for length, before in zip(lengths, saved, strict=True):
-                    length.copy_(before)
         fields = tuple(key for key, value in output.items() if value is cache)
         self.cache_fields[type(output)] = fields
         return type(output)(**{key: value for key, value in output.items() if key not in fields})

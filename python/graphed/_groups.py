@@ -2,31 +2,34 @@
 and of every graph it captured, before the group is destroyed: NCCL waits, when a communicator is
 destroyed, for the graphs that use it, and a group kept alive past destroy_process_group() is torn
 down at interpreter exit instead, by threads that can no longer take the interpreter's lock (a
-process that aborts at exit). torch has no hook for a group's end, so graphed wraps
-torch.distributed.destroy_process_group when it is imported and registers an atexit handler
-(which runs before the interpreter tears modules down). Either drops the graphs of
-the runners of the groups that end, disables those runners (their calls run eager from then on,
-saying why) and forgets the group. The agreement itself holds no reference to the group: the shim
-finds it by name at each agreement (shim/gf_shim_group.h)."""
+process that aborts at exit). torch has no hook for a group's end, so when the first runner with a
+group is made, graphed wraps torch.distributed.destroy_process_group and registers an atexit
+handler (which runs before the interpreter tears modules down); importing graphed changes
+neither. Code that took destroy_process_group by name before that runner was made (`from
+torch.distributed import destroy_process_group`) calls torch's own, and its runners are
+released at exit only. Either way graphed drops the graphs of the runners of the groups that
+end, disables those runners (their calls run eager from then on, saying why) and forgets the
+group. The agreement itself holds no reference to the group: the shim finds it by name at each
+agreement (shim/gf_shim_group.h)."""
 
 from __future__ import annotations
 
 import atexit
 import functools
 import threading
-import weakref
 from typing import Any
 
 import torch
 
-__all__ = ["group_name_of", "release_all", "track"]
+from . import _ops
+
+__all__ = ["group_name_of", "release_all", "release_before_teardown"]
 
 DESTROYED_REASON = "graphed: its process group was destroyed; calls run eager"
 EXITING_REASON = "graphed: the interpreter is exiting; calls run eager"
 
 _lock = threading.Lock()
-# Every live runner with a group, by runner id; each answers release(reason).
-_tracked: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_installed = False
 
 
 def group_name_of(group: Any) -> str:
@@ -40,19 +43,27 @@ def group_name_of(group: Any) -> str:
     return name
 
 
-def track(runner_id: int, runner: Any) -> None:
-    """Releases `runner` (runner.release_group(reason)) before its group is destroyed or the
-    interpreter exits."""
+def release_before_teardown() -> None:
+    """Makes every runner with a group (graphed._ops' registry: each answers `group` and
+    release_group(reason)) let go of it before the group is destroyed or the interpreter exits:
+    installs the wrapper of destroy_process_group and the atexit handler, at the first call."""
+    global _installed
     with _lock:
-        _tracked[runner_id] = runner
+        if _installed:
+            return
+        _installed = True
+    if torch.distributed.is_available():
+        _install_destroy_hook()
+    # Registered after torch and after the group was made: atexit runs it before torch's own exit
+    # handlers, while the interpreter is whole.
+    atexit.register(_release_at_exit)
 
 
 def release_all(reason: str, group: Any = None) -> None:
-    """Releases the tracked runners of `group` (None: of every group)."""
-    with _lock:
-        runners = list(_tracked.values())
-    for runner in runners:
-        if group is None or runner.group is group:
+    """Releases the registered runners of `group` (None: of every group)."""
+    for runner in _ops.registered_owners():
+        runner_group = getattr(runner, "group", None)
+        if runner_group is not None and (group is None or runner_group is group):
             runner.release_group(reason)
 
 
@@ -74,13 +85,6 @@ def _install_destroy_hook() -> None:
         dist.destroy_process_group = destroy_process_group
 
 
-if torch.distributed.is_available():
-    _install_destroy_hook()
-
-
-@atexit.register
 def _release_at_exit() -> None:
-    # Registered when graphed is imported, after torch: atexit runs it before torch's own exit
-    # handlers, while the interpreter is whole.
     if torch.distributed.is_available():
         release_all(EXITING_REASON)

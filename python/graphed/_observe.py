@@ -7,6 +7,11 @@ turns the events into log records.
 - DEBUG per eviction.
 - WARNING once when captures keep evicting (churn), naming the keys that came and went.
 - WARNING for a disable (once: a runner is disabled once) or a runner warning.
+- WARNING once per process, for the first runner made without graphs (graphs_unavailable).
+
+The disable is also how a GraphedForward learns that its runner is disabled for good, whoever
+disabled it (a failed capture or replay, a rank of its group, disable()): RunnerLog.on_disabled,
+which it sets, then answers its calls in Python.
 
 Messages carry no "graphed: " of their own: the logger's name says where a record comes from,
 and a format with %(name)s would print it twice. Where the program configured no handler,
@@ -23,6 +28,7 @@ import re
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 
 import torch
 
@@ -90,6 +96,9 @@ class RunnerLog:
     def __init__(self, name: str) -> None:
         self.name = f"runner '{name}'"
         self.recent: collections.deque[str] = collections.deque(maxlen=_RECENT_KEYS)
+        # Called at the "disabled" event, before it is logged (the core sends it once, when the
+        # runner goes from enabled to disabled; a runner never comes back).
+        self.on_disabled: Callable[[], None] | None = None
 
     def event(
         self,
@@ -103,6 +112,8 @@ class RunnerLog:
         shapes: str,
     ) -> None:
         message = said_once(message)
+        if kind == "disabled" and self.on_disabled is not None:
+            self.on_disabled()
         if kind == "captured":
             self.recent.append(shapes)
             _log.info(
@@ -130,6 +141,21 @@ class RunnerLog:
             _log.warning("%s: %s", self.name, message)
 
 
+_warned_unavailable = False
+
+
+def graphs_unavailable(reason: str) -> bool:
+    """Whether a runner's disabled_reason says graphs are unavailable to it (no backend, or a
+    device the backend cannot serve); the first such runner of the process logs why."""
+    global _warned_unavailable
+    if not reason.startswith("graphs unavailable"):
+        return False
+    if not _warned_unavailable:
+        _warned_unavailable = True
+        _log.warning("calls run eager: %s", reason)
+    return True
+
+
 def define_observer(log: RunnerLog) -> str:
     """Registers graphed_observers::<n> for `log` (held weakly: the operator outlives it) and
     returns the operator's qualified name, for torch.ops.graphed.create's observer_op."""
@@ -154,4 +180,4 @@ def observer_for(name: str) -> tuple[RunnerLog, str]:
     return log, define_observer(log)
 
 
-__all__ = ["RunnerLog", "define_observer", "observer_for", "said_once"]
+__all__ = ["RunnerLog", "define_observer", "graphs_unavailable", "observer_for", "said_once"]

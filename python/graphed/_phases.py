@@ -1,12 +1,12 @@
 """What a forward sees of why graphed runs it: the native core runs the module's forward to probe
 for synchronizing operators, to warm up, to be captured, or eagerly (torch.ops.graphed.
-forward_phase() says which). Two eager-semantics promises hang on that:
+forward_phase() says which). Three eager-semantics promises hang on that:
 
 - Capture-aware code (`if not torch.cuda.is_current_stream_capturing(): <a host sync>`, as
   transformers' mask builder does) takes its capture branch in the probe and the warm-ups too, so
   they run what the capture records and the probe does not fail on a sync the capture would skip.
-  The answer changes for this thread only; code that imported the function by name before graphed
-  was imported keeps torch's own answer.
+  The answer changes for this thread only; code that imported the function by name before the
+  process made its first CUDA runner keeps torch's own answer.
 - Warm-ups leave no trace in tensor state: module buffers, tensor attributes of its submodules
   and keep_alive tensors that a warm-up writes in place (a cache position counter, a StaticCache
   an attribute owns) are put back after each warm-up, so after the first call they have advanced
@@ -16,16 +16,29 @@ forward_phase() says which). Two eager-semantics promises hang on that:
   parameter written in place (too large to copy), and a Python attribute a forward rebinds
   (`self.step += 1`), which a replay, running no Python, would never change again; such a forward
   should keep its state in tensors.
+- Non-tensor outputs follow from the key: a Python number a forward returns is kept in the output
+  template and returned by every replay of its graph. Its runs before a capture (the probe and
+  the warm-ups) must all return the same one; a forward whose value differs between runs of one
+  key (a call counter, a value read from module state) cannot be replayed, so the capture fails
+  with the output path named (the runner runs eager from then on, agreed across a group, and
+  warns once).
 
 And one promise to a process group: the sync probe never stops a forward halfway. The backend
 runs it under torch's sync-debug mode "warn"; the warnings that reach Python (every operator
 called from Python reports there) are counted here instead of shown, and the probe fails once
 the forward has returned, so every rank has run all of its collectives before the ranks agree.
+
+What one runner's forwards carry from one run to the next (the warm-ups' snapshot, the templates
+of the runs before a capture, whether a lost change was named) is a `ForwardRuns`, one per
+GraphedForward and not per thread: its forward operator runs only under the runner's lock (the
+core holds it for the probe, the warm-ups, the capture and an eager run; the dispatched path for
+a traced call), so no two of its runs overlap, on any thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -34,6 +47,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ._native import _graphed_fastcall as _fastcall
+from ._tree import TreeSpec
 
 # Why the core runs a forward (ops/gf_host.h's gf_forward_phase), named once, by the extension.
 PHASE_EAGER = _fastcall.PHASE_EAGER
@@ -44,14 +58,14 @@ PHASE_CAPTURE = _fastcall.PHASE_CAPTURE
 # What torch's sync-debug mode "warn" says for each synchronizing operator (named once, in C).
 _SYNC_WARNING = _fastcall.SYNC_WARNING
 
+_log = logging.getLogger("graphed")
+# Per thread, because each is about the thread: `as_if_capturing` is what
+# is_current_stream_capturing answers on this thread (the core runs this thread's forward for a
+# capture; another thread's forward is not captured), and `syncs_found` collects the sync warnings
+# of this thread's probe (the warnings hook is process-wide; another thread's warnings are shown).
 _local = threading.local()
 _installed_lock = threading.Lock()
 _installed = False
-
-
-def current_phase() -> int:
-    """Why the core runs the forward on this thread now (PHASE_EAGER outside its runs)."""
-    return int(torch.ops.graphed.forward_phase())
 
 
 def _capture_aware(original):
@@ -238,36 +252,116 @@ def _probe_verdict(found: list[str]) -> None:
         )
 
 
-@contextlib.contextmanager
-def forward_in_phase(
-    phase: int, owner: object, state: Callable[[], StateToKeep], lost: Callable[[list[str]], None]
-) -> Iterator[None]:
-    """Runs one forward of the core as `phase` requires: capture-aware answers during probe and
-    warm-ups, and state tensors put back after each warm-up. `owner` (the GraphedForward) keys
-    the snapshot; `state` is called only when a capture's warm-ups start; `lost` is called with
-    the names of what a warm-up changed that cannot be put back. A capture, or an eager run
-    (after a failed probe), ends it."""
-    snapshots = getattr(_local, "snapshots", None)
-    if snapshots is None:
-        snapshots = _local.snapshots = {}
-    if phase not in (PHASE_PROBE, PHASE_WARMUP):
-        snapshots.pop(id(owner), None)
-        yield
-        return
-    snapshot = snapshots.get(id(owner))
-    if snapshot is None:
-        snapshot = snapshots[id(owner)] = _Snapshot(state())
-    outer = getattr(_local, "as_if_capturing", False)
-    _local.as_if_capturing = True
-    try:
-        if phase == PHASE_PROBE:
-            with _counting_syncs() as found:
-                yield
-            _probe_verdict(found)
-        else:
+class ForwardRuns:
+    """What one runner's forwards carry from one run to the next (see the module docstring): the
+    snapshot its warm-ups put back, the output templates of the runs before a capture, and
+    whether what cannot be put back was named. GraphedForward holds one and its forward operator
+    alone uses it, under the runner's lock."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.snapshot: _Snapshot | None = None
+        self.templates: list[Any] | None = None
+        self.side_effects_named = False
+
+    @contextlib.contextmanager
+    def forward_in_phase(self, phase: int, state: Callable[[], StateToKeep]) -> Iterator[None]:
+        """Runs one forward of the core as `phase` requires: capture-aware answers during probe
+        and warm-ups, and state tensors put back after each warm-up. `state` is called only when
+        a capture's warm-ups start; what a warm-up changed that cannot be put back is named
+        (name_side_effects). A capture, or an eager run (after a failed probe), ends it."""
+        if phase not in (PHASE_PROBE, PHASE_WARMUP):
+            self.snapshot = None
             yield
-    finally:
-        _local.as_if_capturing = outer
-        changed = snapshot.restore()
-        if changed:
-            lost(changed)
+            return
+        snapshot = self.snapshot
+        if snapshot is None:
+            snapshot = self.snapshot = _Snapshot(state())
+        outer = getattr(_local, "as_if_capturing", False)
+        _local.as_if_capturing = True
+        try:
+            if phase == PHASE_PROBE:
+                with _counting_syncs() as found:
+                    yield
+                _probe_verdict(found)
+            else:
+                yield
+        finally:
+            _local.as_if_capturing = outer
+            changed = snapshot.restore()
+            if changed:
+                self.name_side_effects(changed)
+
+    def name_side_effects(self, names: list[str]) -> None:
+        """Warns once what a warm-up (or a capture's forward) changed that graphed cannot put
+        back."""
+        if self.side_effects_named:
+            return
+        self.side_effects_named = True
+        _log.warning(
+            "runner '%s': the forward changed %s while graphed warmed it up for a "
+            "capture, which graphed cannot put back (a parameter written in place, or a Python "
+            "attribute rebound); replays run no Python, so such state stays as the capture left "
+            "it while eager would change it at every call. Keep per-call state in buffers or "
+            "keep_alive tensors, which graphed puts back, or leave this module eager",
+            self.name,
+            ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else ""),
+        )
+
+    def check_template(self, phase: int, template: Any) -> None:
+        """Records the output template of each run before a capture and, at the capture, raises
+        the capture failure that names the first non-tensor output that differed between runs
+        of the key (see the module docstring)."""
+        if phase in (PHASE_PROBE, PHASE_WARMUP):
+            if self.templates is None:
+                self.templates = []
+            self.templates.append(template)
+            return
+        runs = self.templates
+        if phase not in (PHASE_CAPTURE, PHASE_EAGER) or runs is None:
+            return
+        self.templates = None
+        if phase == PHASE_EAGER:
+            return
+        now = _comparable(template)
+        for earlier in map(_comparable, runs):
+            try:
+                same = bool(earlier == now)
+            except Exception:  # a value whose == is no truth value: it cannot be compared, so kept
+                same = True
+            if not same:
+                where = (
+                    _first_difference(earlier, now, "output")
+                    if not isinstance(template, TreeSpec)
+                    else "output"
+                )
+                raise RuntimeError(
+                    f"graphed: the forward's non-tensor {where} differs between runs of one key "
+                    "before its capture; a graph would return the capture's value on every "
+                    "replay. Return it as a tensor, make it follow from the arguments, or leave "
+                    "this module eager"
+                )
+
+
+def _first_difference(before: Any, now: Any, path: str) -> str:
+    """The path of the first leaf two plain output templates differ at (graphed's walker builds
+    them from dict, list and tuple; anything else is named as a whole)."""
+    if type(before) is type(now) and isinstance(before, (list, tuple)) and len(before) == len(now):
+        for index, (old, new) in enumerate(zip(before, now, strict=True)):
+            if old != new:
+                return _first_difference(old, new, f"{path}[{index}]")
+    if type(before) is type(now) and isinstance(before, dict) and before.keys() == now.keys():
+        for key in before:
+            if before[key] != now[key]:
+                return _first_difference(before[key], now[key], f"{path}[{key!r}]")
+    return f"{path} ({before!r}, then {now!r})"
+
+
+def _comparable(template: Any) -> Any:
+    """What two runs' templates are compared by: the walked result inside a plain template (the
+    C walker's, read by the extension, which alone knows its form), the structure of a TreeSpec
+    (graphed._tree), else itself."""
+    if isinstance(template, TreeSpec):
+        return template.root
+    walked = _fastcall.walked_of(template)
+    return template if walked is None else walked

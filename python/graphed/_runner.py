@@ -6,17 +6,17 @@ strings, inputs a list of tensors, outputs a list of tensors."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
-from . import _fake, _library
-from ._forward import runner_entries, runner_stats
+from . import _library, _ops
+from ._device_hooks import resolve_device
 from ._memory import MemoryPool, pool_id_of
 
 
-class Runner:
-    """One runner of `forward_op` ("namespace::name") on `device`.
+class Runner(_ops.RunnerReports):
+    """One runner of `forward_op` ("namespace::name") on `device` (without an index: the current
+    device of its kind, as for GraphedForward).
 
     `forward(key, inputs)` captures a graph the first time a key (with these input dtypes and
     shapes) is seen and replays it afterwards; with no graph-capable device, or after any
@@ -42,22 +42,21 @@ class Runner:
         "emulated"); None, the default, is the one chosen at load (graphed.backend())."""
         _library.load_library()
         self.forward_op = forward_op
-        self.device = torch.device(device)
+        self.device = resolve_device(torch.device(device))
         self.name = name
-        self._id: int | None = torch.ops.graphed.create(
-            name,
-            forward_op,
-            self.device,
-            max_entries,
-            warmup_iters,
-            enabled,
-            group_agree_op,
-            None,
-            None,
-            backend,
-            pool_id_of(memory_pool),
+        self._id: int | None = _ops.create(
+            name=name,
+            forward_op=forward_op,
+            device=self.device,
+            max_entries=max_entries,
+            warmup_iters=warmup_iters,
+            enabled=enabled,
+            agree_op=group_agree_op,
+            backend=backend,
+            memory_pool=pool_id_of(memory_pool),
         )
-        _fake.operator_runners[self._id] = forward_op
+        # A traced call runs the forward operator itself, whose fake implementation gives shapes.
+        _ops.register(self._id, self, _ops.operator(forward_op))
 
     @property
     def runner_id(self) -> int:
@@ -81,14 +80,6 @@ class Runner:
             self.runner_id, key, list(inputs), list(keep_alive), pin, static_outputs
         )
 
-    def stats(self) -> dict[str, Any]:
-        """The runner's counters (see GraphedForward.stats)."""
-        return runner_stats(self.runner_id)
-
-    def entries(self) -> list[dict[str, Any]]:
-        """The cached graphs (see GraphedForward.entries)."""
-        return runner_entries(self.runner_id)
-
     def disable(self, reason: str) -> None:
         """Disables graph replay for good; calls run the operator eagerly."""
         torch.ops.graphed.disable(self.runner_id, str(reason))
@@ -101,8 +92,7 @@ class Runner:
         """Frees the runner's graphs and buffers; later calls raise ValueError. Idempotent."""
         if self._id is not None:
             runner_id, self._id = self._id, None
-            _fake.operator_runners.pop(runner_id, None)
-            torch.ops.graphed.destroy(runner_id)
+            _ops.destroy(runner_id)
 
     def __enter__(self) -> Runner:
         return self

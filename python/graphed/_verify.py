@@ -1,35 +1,32 @@
-"""Proving a graph computes what eager does, where graphed cannot prove it by construction.
+"""Verify mode: proving a graph computes what eager does, where graphed cannot prove it by
+construction.
 
-Two checks live here:
+`GraphedForward(..., verify=N)`, or `GRAPHED_VERIFY=N` in the environment for a deployment: each of
+the first N calls a graph serves (the capturing call included) also runs the module eagerly and
+compares the two outputs, leaf by leaf: tensors bitwise (same dtype, shape and bits; NaN equals
+NaN) or, with `verify_tolerance=(rtol, atol)`, as torch.allclose with equal_nan; every other leaf
+with ==. The first difference disables the runner with the output path and the largest difference
+in `disabled_reason`, warns, and the call returns eager's result. It catches what no check can
+see: a tensor read through a closure, a global or an object attribute (not a module attribute), a
+value the forward computes on the host from state. A forward that advances state (a KV cache, a
+step counter) runs twice per verified call and so differs by design; verify those with the state
+reset, or not at all.
 
-- **Verify mode** (`GraphedForward(..., verify=N)`, or `GRAPHED_VERIFY=N` in the environment for a
-  deployment): each of the first N calls a graph serves (the capturing call included) also runs
-  the module eagerly and compares the two outputs, leaf by leaf: tensors bitwise (same dtype,
-  shape and bits; NaN equals NaN) or, with `verify_tolerance=(rtol, atol)`, as torch.allclose
-  with equal_nan; every other leaf with ==. The first difference disables the runner with the
-  output path and the largest difference in `disabled_reason`, warns, and the call returns eager's
-  result. It catches what no check can see: a tensor read through a closure, a global or an object
-  attribute (not a module attribute), a value the forward computes on the host from state. A
-  forward that advances state (a KV cache, a step counter) runs twice per verified call and so
-  differs by design; verify those with the state reset, or not at all.
-- **Non-tensor outputs that do not follow from the key**: a Python number a forward returns is
-  kept in the output template and returned by every replay of its graph. Its runs before a
-  capture (the probe and the warm-ups) must all return the same one; a forward whose value
-  differs between runs of one key (a call counter, a value read from module state) cannot be
-  replayed, so the capture fails with the output path named (the runner runs eager from then on,
-  agreed across a group, and warns once).
+A verifying GraphedForward keeps its class (an XPUGraphedForward, a user's subclass): it holds a
+`Verifier` as its detour, which its __call__ hands each call to, while the plain call path reads
+nothing of verify mode but the one attribute test a runner disabled for good needs too.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, NamedTuple
 
 import torch
 from torch.utils import _pytree as pytree
 
-from ._phases import PHASE_CAPTURE, PHASE_EAGER, PHASE_PROBE, PHASE_WARMUP
-from ._tree import TreeSpec
+from ._arguments import pop_options
 
 VERIFY_ENV = "GRAPHED_VERIFY"
 
@@ -101,60 +98,41 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.uint8) if flat.dtype != torch.bool else flat
 
 
-def _first_difference(before: Any, now: Any, path: str) -> str:
-    """The path of the first leaf two plain output templates differ at (graphed's walker builds
-    them from dict, list and tuple; anything else is named as a whole)."""
-    if type(before) is type(now) and isinstance(before, (list, tuple)) and len(before) == len(now):
-        for index, (old, new) in enumerate(zip(before, now, strict=True)):
-            if old != new:
-                return _first_difference(old, new, f"{path}[{index}]")
-    if type(before) is type(now) and isinstance(before, dict) and before.keys() == now.keys():
-        for key in before:
-            if before[key] != now[key]:
-                return _first_difference(before[key], now[key], f"{path}[{key!r}]")
-    return f"{path} ({before!r}, then {now!r})"
+class Verifier:
+    """The detour of a GraphedForward made with verify=N (see the module docstring): it makes the
+    call through the graph, then, for each of the first N calls a graph serves, runs the module
+    eagerly and compares."""
 
+    def __init__(self, verification: Verification) -> None:
+        self.verification = verification
+        # Per thread: the verifier's own call through the graph (in `call`) takes the plain path,
+        # while a call another thread makes at the same time is verified as any other.
+        self._calling = threading.local()
 
-def check_template_of_key(owner: Any, phase: int, template: Any) -> None:
-    """Records the output template of each run before a capture and, at the capture, raises the
-    capture failure that names the first non-tensor output that differed between runs of the
-    key (see the module docstring)."""
-    runs: list[Any] | None = owner.__dict__.get("_templates_of_key")
-    if phase in (PHASE_PROBE, PHASE_WARMUP):
-        if runs is None:
-            runs = owner.__dict__["_templates_of_key"] = []
-        runs.append(template)
-        return
-    if phase not in (PHASE_CAPTURE, PHASE_EAGER) or runs is None:
-        return
-    del owner.__dict__["_templates_of_key"]
-    if phase == PHASE_EAGER:
-        return
-    now = _comparable(template)
-    for earlier in map(_comparable, runs):
+    def takes_call(self) -> bool:
+        """Whether the runner's __call__ hands this call to `call` (not the verifier's own)."""
+        return not getattr(self._calling, "active", False)
+
+    def call(self, runner: Any, args: tuple, kwargs: dict) -> Any:
+        """`runner(*args, **kwargs)` through its graph, compared with eager while its graph has
+        served at most N calls; a difference disables the runner and returns eager's result."""
+        outer = getattr(self._calling, "active", False)
+        self._calling.active = True
         try:
-            same = bool(earlier == now)
-        except Exception:  # a value whose == is no truth value: it cannot be compared, so kept
-            same = True
-        if not same:
-            where = (
-                _first_difference(earlier, now, "output")
-                if not isinstance(template, TreeSpec)
-                else "output"
-            )
-            raise RuntimeError(
-                f"graphed: the forward's non-tensor {where} differs between runs of one key "
-                "before its capture; a graph would return the capture's value on every replay. "
-                "Return it as a tensor, make it follow from the arguments, or leave this "
-                "module eager"
-            )
-
-
-def _comparable(template: Any) -> Any:
-    """What two runs' templates are compared by: the walked result inside a plain template (a
-    1-tuple, graphed's C walker), the structure of a TreeSpec (graphed._tree), else itself."""
-    if isinstance(template, TreeSpec):
-        return template.root
-    if isinstance(template, tuple) and len(template) == 1:
-        return template[0]
-    return template
+            result = runner(*args, **kwargs)
+        finally:
+            self._calling.active = outer
+        served = runner._call_state.served
+        verification = self.verification
+        if runner._detour is not self or not 0 < served <= verification.calls:
+            return result  # disabled meanwhile (its calls run eager), or served past N
+        call = dict(kwargs)
+        pop_options(call)
+        expected = runner._eager(runner._bind_positional(args, call) if args else call)
+        difference = verification.difference(result, expected)
+        if difference is None:
+            return result
+        reason = f"verify: call {served} of a graph differed from eager {difference}"
+        # Said once: the disable's own report (graphed._observe) names the reason.
+        runner.disable(reason)
+        return expected

@@ -12,18 +12,22 @@ here too.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import inspect
 import logging
+import textwrap
 import threading
 import time
 from typing import NamedTuple
 
 import graphed
-import graphed._forward as graphed_forward
+import graphed._observe as graphed_observe
 import pytest
 import torch
 import torch.nn.functional as F
 from graphed import GraphedForward
+from graphed._arguments import RESERVED_KWARGS
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 CPU = torch.device("cpu")
@@ -116,7 +120,7 @@ def test_enabled_false_is_reported_as_the_callers_choice(module):
 def test_graphs_unavailable_warning_is_logged_once_per_process(module, caplog, monkeypatch):
     # Whichever GraphedForward a process creates first emits the warning; start from a clean
     # slate so this test does not depend on the order the tests run in.
-    monkeypatch.setattr(graphed_forward, "_warned_unavailable", False)
+    monkeypatch.setattr(graphed_observe, "_warned_unavailable", False)
     caplog.set_level(logging.WARNING, logger="graphed")
 
     def unavailable_records() -> list[logging.LogRecord]:
@@ -519,6 +523,51 @@ def test_a_runner_without_graphs_raises_what_the_api_reference_says(device):
     assert len(runs) == 2
 
 
+def test_a_disabled_runners_forward_that_raises_value_error_runs_once():
+    """A runner disabled for good answers its calls in Python: the ValueError of its forward, with
+    a CPU input among the kwargs of a cpu_inputs="to_device" runner, is the forward's own, raised
+    after one run and one eager call counted (it was once taken for the core's refusal of a CPU
+    input, and the forward ran again)."""
+    runs = []
+
+    def forward(*, x, scale):
+        runs.append(1)
+        raise ValueError("from the forward")
+
+    gf = GraphedForward(forward, device="cuda", cpu_inputs="to_device")
+    gf.disable("disabled by the test")
+    assert not gf.stats()["enabled"]
+    with pytest.raises(ValueError, match="^from the forward$"):
+        gf(x=torch.ones(2), scale=2.0)
+    assert len(runs) == 1
+    assert gf.stats()["eager_calls"] == 1
+
+
+def test_a_disabled_runner_refuses_and_counts_as_the_core_did(emulated_backend):
+    """The Python answer of a runner disabled for good keeps what the core's eager path did: the
+    walker's refusals by kwarg path, no count for a call without tensors or one from inside the
+    runner's own forward, and kwargs the C walker does not take through the dispatcher."""
+    runs = []
+
+    def forward(*, x, again=False, pair=None):
+        runs.append(1)
+        return {"y": gf(x=x)["y"] if again else x + 1, "n": len(runs)}
+
+    gf = GraphedForward(forward, device="cpu", backend=emulated_backend)
+    gf.disable("disabled by the test")
+    out = gf(x=torch.ones(2), again=True)  # the inner call runs eager and is not counted
+    torch.testing.assert_close(out["y"], torch.full((2,), 2.0))
+    assert (out["n"], gf.stats()["eager_calls"]) == (2, 1)
+    with pytest.raises(TypeError, match=r"kwargs\['x'\] is a meta tensor"):
+        gf(x=torch.empty(2, device="meta"))
+    with pytest.raises(ValueError, match=r"kwargs\['x'\] has 13 dimensions"):
+        gf(x=torch.zeros([1] * 13))
+    assert gf(x=3.0)["y"] == 4.0  # no tensor: not counted
+    assert gf(x=torch.ones(2), pair=Pair(torch.ones(2), "p"))["n"] == 4  # the Python path
+    stats = gf.stats()
+    assert (stats["eager_calls"], stats["captures"], len(runs)) == (2, 0, 4)
+
+
 def test_a_runner_without_graphs_keeps_its_type_and_checks_in_its_eager_run(emulated_backend):
     """The device check of a runner without graphs runs in its eager run (no class swap: the
     runner stays a plain GraphedForward), and a runner that can graph leaves it to the core."""
@@ -580,7 +629,24 @@ def test_what_is_not_callable_is_refused_at_construction(module, named):
         assert "GraphedForward(obj.forward, ...)" in message, message
 
 
-@pytest.mark.parametrize("name", ["variant", "keep_alive", "pin", "static_outputs"])
+def test_the_call_path_tests_for_exactly_the_reserved_keywords():
+    """__call__ tests for its options by literal names, the fastest test there is; they must be
+    RESERVED_KWARGS, the one list the rest of graphed reads."""
+    assert RESERVED_KWARGS == ("variant", "keep_alive", "pin", "static_outputs")
+    source = textwrap.dedent(inspect.getsource(GraphedForward.__call__))
+    tested = [
+        node.left.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Compare)
+        and isinstance(node.ops[0], ast.In)
+        and isinstance(node.left, ast.Constant)
+        and isinstance(node.comparators[0], ast.Name)
+        and node.comparators[0].id == "kwargs"
+    ]
+    assert sorted(tested) == sorted(RESERVED_KWARGS)
+
+
+@pytest.mark.parametrize("name", RESERVED_KWARGS)
 def test_a_module_keyword_graphed_reserves_is_refused_at_construction(name):
     namespace: dict = {}
     exec(f"def forward(*, x, {name}=None):\n    return x", namespace)

@@ -1,7 +1,8 @@
 """The installed package: its version metadata, the build info it records, the readable
 ImportErrors of a torch mismatch and of a never-built checkout, the doctor (`python -m graphed`),
-and, when scripts/test.sh runs the suite against a wheel (GRAPHED_EXPECT_INSTALLED=1), that the
-package really is the installed one and that its native files carry no path of the build."""
+that importing it changes none of the global state it may change later, and, when
+scripts/test.sh runs the suite against a wheel (GRAPHED_EXPECT_INSTALLED=1), that the package
+really is the installed one and that its native files carry no path of the build."""
 
 from __future__ import annotations
 
@@ -109,6 +110,64 @@ def test_never_built_tree_says_how_to_build(tmp_path):
     assert "graphed's native library is not built; " in result.stderr
     assert " -m pip install scikit-build-core && " in result.stderr
     assert "No module named" not in result.stderr
+
+
+# What graphed may replace while it runs, each read in a fresh interpreter before and after.
+_GLOBAL_STATE = """
+import torch, warnings
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+def state():
+    return [
+        dist.destroy_process_group,
+        c10d.destroy_process_group,
+        torch.cuda.is_current_stream_capturing,
+        torch.cuda.graphs.is_current_stream_capturing,
+        warnings.showwarning,
+        list(warnings.filters),
+    ]
+
+before = state()
+"""
+
+
+def _in_fresh_interpreter(program: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _GLOBAL_STATE + program],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_importing_graphed_or_making_a_runner_changes_no_global_state():
+    # Importing patches nothing; nor does a runner without a group on the CPU (torch's
+    # is_current_stream_capturing is wrapped by the first CUDA runner, destroy_process_group by
+    # the first runner with a group: docs/architecture.md lists each change and its undoing).
+    _in_fresh_interpreter(
+        "import graphed\n"
+        "assert state() == before, (before, state())\n"
+        "gf = graphed.GraphedForward(lambda *, x: x + 1, device='cpu')\n"
+        "assert bool((gf(x=torch.ones(2)) == 2).all())\n"
+        "assert state() == before, (before, state())\n"
+    )
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
+def test_the_first_runner_with_a_group_wraps_destroy_process_group():
+    _in_fresh_interpreter(
+        "import graphed\n"
+        "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+        "gf = graphed.GraphedForward(lambda *, x: x + 1, device='cpu', group=dist.group.WORLD)\n"
+        "wrapped = dist.destroy_process_group\n"
+        "assert wrapped is not before[0] and wrapped.__graphed_original__ is before[0]\n"
+        "assert c10d.destroy_process_group is wrapped\n"
+        "dist.destroy_process_group()\n"
+        "assert gf.group is None and not gf.stats()['enabled']  # released first\n"
+    )
 
 
 def _doctor_run(tmp_path: Path, *arguments: str, pythonpath: str | None = None):

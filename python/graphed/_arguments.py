@@ -1,0 +1,236 @@
+"""What GraphedForward takes besides the module's own tensors: the arguments of its constructor,
+checked before anything is made (the module, what its forward's signature allows, the options),
+and graphed's own options of a call (RESERVED_KWARGS), split from the module's kwargs: the four
+names are written once, here, and a forward that takes one of them is refused at construction.
+Also the refusal a runner without graphs makes of an input on another device, in the words the
+core uses on a device (graphed::word_input_error)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from ._native import _graphed_fastcall as _fastcall
+from ._tree import refuse_tensors
+
+__all__ = [
+    "CPU_INPUT_CHOICES",
+    "NO_HELD",
+    "RESERVED_KWARGS",
+    "check_callable",
+    "check_keep_alive",
+    "check_options",
+    "check_reserved",
+    "off_device_reason",
+    "pop_options",
+    "positional_names",
+    "positional_refusal",
+    "refuse_off_device",
+    "split_keep_alive",
+]
+
+# GraphedForward's own call options, named once: a module whose forward takes a keyword of one of
+# these names is refused at construction (see check_reserved), never silently swallowed.
+# GraphedForward.__call__ tests for them by these literal names, the fastest test there is
+# (tests/python/test_graphed_cpu.py checks that they agree).
+RESERVED_KWARGS = ("variant", "keep_alive", "pin", "static_outputs")
+_VARIANT, _KEEP_ALIVE, _PIN, _STATIC_OUTPUTS = RESERVED_KWARGS
+CPU_INPUT_CHOICES = ("refuse", "to_device")
+NO_HELD: tuple = ()
+
+
+def check_callable(module: Any) -> None:
+    """A GraphedForward calls `module(**kwargs)`: anything else is refused at construction, with
+    what was passed, rather than at the first call."""
+    if callable(module):
+        return
+    text = repr(module)
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    forward = getattr(module, "forward", None)
+    hint = (
+        "; it has a `forward` method but no __call__: pass that (GraphedForward(obj.forward, "
+        "...)) or make the object an nn.Module"
+        if callable(forward)
+        else ""
+    )
+    raise TypeError(
+        f"graphed: GraphedForward wraps a callable run as module(**kwargs) (an nn.Module, or a "
+        f"function taking keyword arguments); got {type(module).__name__} {shown}, which is not "
+        f"callable{hint}"
+    )
+
+
+def _signature_of_forward(module: Any) -> inspect.Signature | None:
+    """The signature calls are bound to: the forward of an nn.Module (of the module torch.compile
+    wrapped, whose own forward takes *args), else the callable's own; None where Python cannot
+    say (a builtin)."""
+    target = getattr(module, "_orig_mod", module)
+    forward = getattr(target, "forward", target)
+    try:
+        return inspect.signature(forward)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_reserved(module: Any) -> None:
+    """A module whose forward takes a keyword GraphedForward reserves for its options would never
+    receive it: refused here, with what to do."""
+    forward = getattr(module, "forward", module)
+    try:
+        parameters = inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return
+    clash = [name for name in RESERVED_KWARGS if name in parameters]
+    if clash:
+        raise TypeError(
+            f"graphed: the module's forward takes the keyword(s) {', '.join(clash)}, which "
+            f"GraphedForward reserves for its own options ({', '.join(RESERVED_KWARGS)}); rename "
+            "them in the forward, or wrap the module in one whose forward takes other names"
+        )
+
+
+def check_options(
+    cpu_inputs: str, max_entries: Any, warmup_iters: Any, capture_context: Any
+) -> None:
+    """The constructor's options, refused before anything is made."""
+    if cpu_inputs not in CPU_INPUT_CHOICES:
+        raise ValueError(
+            f"cpu_inputs must be one of {', '.join(map(repr, CPU_INPUT_CHOICES))}, got "
+            f"{cpu_inputs!r}"
+        )
+    if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+        raise ValueError(f"max_entries must be an int of at least 1, got {max_entries!r}")
+    if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
+        raise ValueError(f"warmup_iters must be an int of 0 or more, got {warmup_iters!r}")
+    if capture_context is not None and not callable(capture_context):
+        raise TypeError("capture_context must be a callable returning a context manager")
+
+
+def positional_names(module: Any) -> tuple[tuple[str, ...], str | None]:
+    """The names positional arguments bind to, in order, and why a positional argument past them
+    cannot be keyed (None when nothing stops it: there are simply too many)."""
+    signature = _signature_of_forward(module)
+    if signature is None:
+        return (), "its forward's signature cannot be read"
+    names: list[str] = []
+    for parameter in signature.parameters.values():
+        if parameter.kind == inspect.Parameter.POSITIONAL_ONLY:
+            return tuple(names), (
+                f"its forward's parameter {parameter.name!r} is positional-only, and graphed calls "
+                "the forward with keywords"
+            )
+        if parameter.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            names.append(parameter.name)
+        elif parameter.kind == inspect.Parameter.VAR_POSITIONAL:
+            return tuple(names), (
+                f"its forward takes *{parameter.name}, which has no names to key the arguments by"
+            )
+    return tuple(names), None
+
+
+def positional_refusal(name: str, names: tuple[str, ...], limit: str | None, given: int) -> str:
+    """Why a call with `given` positional arguments cannot be bound to `names` (the forward's,
+    with `limit` from positional_names), for the runner called `name`."""
+    if not names and limit is None:
+        return (
+            f"{name}: the forward is keyword-only; got {given} positional argument(s): "
+            "pass them by name"
+        )
+    why = limit or f"its forward takes {len(names)}"
+    return (
+        f"{name}: got {given} positional argument(s), and graphed binds at most "
+        f"{len(names)} ({', '.join(names) or 'none'}): {why}; pass the others by name"
+    )
+
+
+def check_keep_alive(tensors: list[torch.Tensor]) -> None:
+    """The Python path's check of keep_alive tensors: the one every path makes (the extension's
+    `refusal`)."""
+    for index, tensor in enumerate(tensors):
+        if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
+            continue  # subclasses go through the dispatcher, where their modes see them
+        refused = _fastcall.refusal(tensor)
+        if refused is not None:
+            error_type, why = refused
+            raise error_type(f"graphed: keep_alive[{index}] {why}")
+
+
+def pop_options(kwargs: dict) -> tuple[Any, Any, bool, bool]:
+    """Takes GraphedForward's own options (RESERVED_KWARGS) out of a call's kwargs, with their
+    defaults where absent."""
+    return (
+        kwargs.pop(_VARIANT, None),
+        kwargs.pop(_KEEP_ALIVE, ()),
+        kwargs.pop(_PIN, False),
+        kwargs.pop(_STATIC_OUTPUTS, False),
+    )
+
+
+def split_keep_alive(keep_alive: Any) -> tuple[list[torch.Tensor], tuple]:
+    """Splits keep_alive into the tensors the native entry holds for its life and the objects
+    the entry's output template holds (the others, and the tensors again)."""
+    if keep_alive is None or (type(keep_alive) in (tuple, list) and not keep_alive):
+        return [], NO_HELD
+    if isinstance(keep_alive, torch.nn.Module):
+        tensors = [*keep_alive.parameters(), *keep_alive.buffers()]
+        return tensors, tuple(tensors)
+    if isinstance(keep_alive, torch.Tensor):
+        return [keep_alive], (keep_alive,)
+    held_tensors: list[torch.Tensor] = []
+    others: list[Any] = []
+    items = keep_alive.values() if isinstance(keep_alive, dict) else keep_alive
+    if not isinstance(items, (tuple, list, type({}.values()))):
+        items = (keep_alive,)
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            held_tensors.append(item)
+        elif isinstance(item, torch.nn.Module):
+            held_tensors.extend([*item.parameters(), *item.buffers()])
+        else:
+            others.append(item)
+    # The tensors ride in the held objects too, so that the forward graphed runs for a capture
+    # can name them (CallState.held) for graphed._phases to put back after each warm-up.
+    return held_tensors, (*others, *held_tensors)
+
+
+def off_device_reason(tensor: torch.Tensor, runner: torch.device, takes_cpu: bool) -> str | None:
+    """What the core's device check and its wording (graphed::word_input_error) say of `tensor`
+    for a runner on `runner` (`takes_cpu`: cpu_inputs="to_device"), or None when it may be
+    passed. Without an index the runner's device matches every index of its type, as the core's
+    check does for a device it could not resolve."""
+    device = tensor.device
+    if device.type == "cpu" and takes_cpu:
+        return None
+    if device.type == runner.type and (
+        runner.index is None or device.index is None or device.index == runner.index
+    ):
+        return None
+    option = (
+        ", or let GraphedForward(..., cpu_inputs='to_device') copy CPU inputs there for a "
+        "forward that moves them itself"
+        if device.type == "cpu"
+        else ""
+    )
+    return (
+        f"is on {device}; the runner is on {runner}: move the tensor there before the call "
+        f"(tensor.to('{runner}')){option}. Graphs are unavailable here, so calls run eager, "
+        f"but inputs are checked as a runner on {runner} checks them; to run on this "
+        f"machine's {device} instead, make the runner for it (GraphedForward(..., "
+        f"device='{device}'))"
+    )
+
+
+def refuse_off_device(
+    kwargs: dict, tensors: list[torch.Tensor], runner: torch.device, takes_cpu: bool
+) -> None:
+    """A runner without graphs (a device="cuda" runner on a machine without a GPU): the
+    ValueError the core raises on a device for an input on another device, by its kwarg path, so
+    that code refused there is refused here too."""
+
+    def why(tensor: torch.Tensor) -> str | None:
+        return off_device_reason(tensor, runner, takes_cpu)
+
+    if any(why(tensor) is not None for tensor in tensors):
+        refuse_tensors(kwargs, why)
