@@ -60,6 +60,7 @@ void stage_cpu_inputs(const RunnerSlot &slot, gf_tensor *inputs, size_t input_co
       }
       staged.push_back(tensor.resolve_conj().resolve_neg().to(slot.device).contiguous());
       inputs[i] = describe_tensor(staged.back(), false);
+      inputs[i].handle = &staged.back(); // borrowed, as the caller's descriptors are
     }
   }
 }
