@@ -21,7 +21,7 @@
 #        with each SITE folder (other package versions, e.g. the newest transformers installed with
 #        pip --target) first on PYTHONPATH; after a build without the C++ tests)
 #        bash scripts/device_check.sh compare BASELINE_TREE   (host cost of this tree against an
-#        older checkout's, built and timed in the same call, alternating A/B/A/B/A/B)
+#        older checkout's, built and timed in the same call, in rounds A/B, B/A, A/B)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -131,8 +131,12 @@ if [[ "$what" == compare ]]; then
   # A baseline of this layout installs its package (0.2's built into its python/ folder).
   rm -rf "$baseline/$BUILD/site"
   cmake --install "$baseline/$BUILD" --prefix "$baseline/$BUILD/site" >> "$OUT/build-baseline.log" 2>&1 || true
+  # A/B, B/A, A/B: a build that runs second in a round (a warmer or busier host) is not always
+  # the same one.
   for round in 1 2 3; do
-    for tree in "$baseline" "$PWD"; do
+    order=("$baseline" "$PWD")
+    [[ $round == 2 ]] && order=("$PWD" "$baseline")
+    for tree in "${order[@]}"; do
       label=$([[ "$tree" == "$PWD" ]] && echo this || echo baseline)
       pkg="$SITE"
       if [[ "$tree" != "$PWD" ]]; then

@@ -122,20 +122,23 @@ class _BadTensor(_PathError):
         self.error_type = error_type
 
 
-def _native_refusal(tensor: torch.Tensor) -> tuple[type[Exception], str] | None:
-    """The check every path makes of a tensor (pyext's gf_tensor_refused: the kinds of tensor the
-    core cannot take and the dimension limit), from the extension; tests that load this file
-    without the package replace this function."""
-    from ._native._graphed_fastcall import refusal
-
-    return refusal(tensor)
+# The check every path makes of a tensor (pyext's gf_tensor_refused: the kinds of tensor the core
+# cannot take and the dimension limit), from the extension, looked up at the first check and kept:
+# an import statement per tensor cost 1.5 us each on the H200's host (100 us a call at 64 tensors).
+# test_tree.py, which loads this file without the package, sets its own.
+_native_refusal: Callable[[torch.Tensor], tuple[type[Exception], str] | None] | None = None
 
 
 def _check_tensor(tensor: torch.Tensor) -> None:
     """The native paths' check, for plain tensors; subclasses go through the dispatcher, where
     their modes see them."""
+    global _native_refusal
     if type(tensor) is not torch.Tensor and type(tensor) is not torch.nn.Parameter:
         return
+    if _native_refusal is None:
+        from ._native._graphed_fastcall import refusal
+
+        _native_refusal = refusal
     refused = _native_refusal(tensor)
     if refused is not None:
         error_type, why = refused
