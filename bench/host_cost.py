@@ -21,7 +21,7 @@ from baselines import capture_bare, passthrough_op
 from methods import HOST_COST_METHODS
 from seed_wrapper import SeedGraphedForward
 from timing import HostClock, host_cost_interleaved, throughput_us
-from workloads import Alternating, FirstPlusOne, WeightedFirstPlusOne
+from workloads import Alternating, FirstPlusOne, WeightedFirstPlusOne, with_lora_adapters
 
 __all__ = ["run_host_cost"]
 
@@ -81,6 +81,26 @@ def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
         module, device=device, name=f"host-k{k}-cpu", cpu_inputs="to_device"
     )
     xs_one_on_cpu = [*xs[:-1], xs[-1].cpu()] if k > 1 else xs
+    # The same DiT tree with LoRA adapters on its 96 attention projections (peft): its
+    # difference from "graphed_weights" is what watching the adapters' state costs.
+    try:
+        with_lora = graphed.GraphedForward(
+            with_lora_adapters(WeightedFirstPlusOne()).to(device),
+            device=device,
+            name=f"host-k{k}-lora",
+        )
+    except ImportError as error:  # peft absent: reported; the other methods still run
+        with_lora = None
+        problems["graphed_lora"] = f"not measured: {error}"
+    # Verification sampled in serving (graphed._verify): a runner whose calls are almost never
+    # sampled, for what an unsampled call costs over "graphed", and one whose every call is, for
+    # what a sampled call costs (one eager forward and the comparison).
+    sampling = graphed.GraphedForward(
+        module, device=device, name=f"host-k{k}-sampling", verify_every=1 << 40
+    )
+    each_sampled = graphed.GraphedForward(
+        module, device=device, name=f"host-k{k}-sampled", verify_every=1
+    )
     seed = SeedGraphedForward(module, device=device, max_entries=16, warmup_iters=2)
     passthrough = passthrough_op()
     methods: dict[str, Callable[[], Any]] = {
@@ -92,6 +112,9 @@ def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
         "graphed_weights": functools.partial(weighted, xs=xs),
         "graphed_positional": functools.partial(weighted, xs),
         "graphed_cpu_input": functools.partial(staging, xs=xs_one_on_cpu),
+        "graphed_lora": functools.partial(with_lora, xs=xs),
+        "graphed_verify_unsampled": functools.partial(sampling, xs=xs),
+        "graphed_verify_sampled": functools.partial(each_sampled, xs=xs),
         # keep_alive, pin and static_outputs keep their schema defaults, as a caller that needs
         # none of them writes the call: torch converts and checks every argument passed from
         # Python.

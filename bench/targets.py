@@ -67,23 +67,36 @@ POSITIONAL_K = 32
 CPU_INPUT_LIMIT_US = 5.0
 
 
-def _added_cost_targets(results: dict) -> list[dict]:
-    """The watch (graphed_weights - graphed, every K) and positional binding (graphed_positional -
-    graphed_weights at K=32), each a difference of two medians of one run."""
-    ks = results.get("host_cost", {}).get("K", [])
-    text = f"the watch of 300 parameters adds <= {WATCH_LIMIT_US:g} us a call, every K"
+# What watching the state of LoRA adapters (peft, rank 16) on a DiT's 96 attention projections
+# may add over the same module without them, and what verify_every may add to a call it does not
+# sample (microseconds, against rows of the same run).
+LORA_LIMIT_US = 1.0
+UNSAMPLED_LIMIT_US = 0.2
+# A sampled call pays one eager forward and the comparison of the outputs: at most this many
+# eager calls of the same run.
+SAMPLED_EAGER_MULTIPLE = 2.0
+
+
+def _added_target(results: dict, ident: str, text: str, method: str, against: str,
+                  limit_us: Any) -> dict:  # fmt: skip
+    """`method` - `against` at every K of one run, each at most `limit_us` (a number, or a
+    function of K giving one)."""
     parts, verdicts = [], []
-    for k in ks:
-        weights, plain = _host_us(results, "graphed_weights", k), _host_us(results, "graphed", k)
-        if weights is None or plain is None:
+    for k in results.get("host_cost", {}).get("K", []):
+        added, plain = _host_us(results, method, k), _host_us(results, against, k)
+        limit = limit_us(k) if callable(limit_us) else limit_us
+        if added is None or plain is None or limit is None:
             continue
-        verdicts.append(weights - plain <= WATCH_LIMIT_US)
-        parts.append(f"K={k}: {weights:.2f} - {plain:.2f} = {weights - plain:+.2f}")
-    watch = (
-        _target("watch", text, "PASS" if all(verdicts) else "MISS", "; ".join(parts) + " us")
-        if verdicts
-        else _target("watch", text, "N/A", _NOT_MEASURED)
-    )
+        verdicts.append(added - plain <= limit)
+        parts.append(f"K={k}: {added:.2f} - {plain:.2f} = {added - plain:+.2f} (<= {limit:.2f})")
+    if not verdicts:
+        return _target(ident, text, "N/A", _NOT_MEASURED)
+    return _target(ident, text, "PASS" if all(verdicts) else "MISS", "; ".join(parts) + " us")
+
+
+def _added_cost_targets(results: dict) -> list[dict]:
+    """What the watch, LoRA adapters' state, positional binding, CPU staging and sampled
+    verification add to a call, each a difference of two medians of one run."""
     text = f"a positional call adds <= {POSITIONAL_LIMIT_US:g} us at K={POSITIONAL_K}"
     positional = _host_us(results, "graphed_positional", POSITIONAL_K)
     keyword = _host_us(results, "graphed_weights", POSITIONAL_K)
@@ -95,22 +108,33 @@ def _added_cost_targets(results: dict) -> list[dict]:
         bound = _target(
             "positional", text, status, f"{positional:.2f} - {keyword:.2f} = {added:+.2f} us"
         )
-    return [watch, bound, _cpu_input_target(results)]
 
+    def eager_bound(k: int) -> float | None:
+        eager = _host_us(results, "eager", k)
+        return None if eager is None else SAMPLED_EAGER_MULTIPLE * eager
 
-def _cpu_input_target(results: dict) -> dict:
-    """One CPU input staged (graphed_cpu_input - graphed, every K)."""
-    text = f"one CPU input staged on the device adds <= {CPU_INPUT_LIMIT_US:g} us a call, every K"
-    parts, verdicts = [], []
-    for k in results.get("host_cost", {}).get("K", []):
-        staged, plain = _host_us(results, "graphed_cpu_input", k), _host_us(results, "graphed", k)
-        if staged is None or plain is None:
-            continue
-        verdicts.append(staged - plain <= CPU_INPUT_LIMIT_US)
-        parts.append(f"K={k}: {staged:.2f} - {plain:.2f} = {staged - plain:+.2f}")
-    if not verdicts:
-        return _target("cpu_input", text, "N/A", _NOT_MEASURED)
-    return _target("cpu_input", text, "PASS" if all(verdicts) else "MISS", "; ".join(parts) + " us")
+    return [
+        _added_target(results, "watch",
+                      f"the watch of 300 parameters adds <= {WATCH_LIMIT_US:g} us a call, every K",
+                      "graphed_weights", "graphed", WATCH_LIMIT_US),
+        _added_target(results, "lora_watch",
+                      f"LoRA adapters (rank 16, 96 projections) add <= {LORA_LIMIT_US:g} us a "
+                      "call to the watched DiT, every K",
+                      "graphed_lora", "graphed_weights", LORA_LIMIT_US),
+        bound,
+        _added_target(results, "cpu_input",
+                      f"one CPU input staged on the device adds <= {CPU_INPUT_LIMIT_US:g} us a "
+                      "call, every K",
+                      "graphed_cpu_input", "graphed", CPU_INPUT_LIMIT_US),
+        _added_target(results, "verify_unsampled",
+                      f"verify_every adds <= {UNSAMPLED_LIMIT_US:g} us to a call it does not "
+                      "sample, every K",
+                      "graphed_verify_unsampled", "graphed", UNSAMPLED_LIMIT_US),
+        _added_target(results, "verify_sampled",
+                      f"a sampled call adds <= {SAMPLED_EAGER_MULTIPLE:g}x an eager call (one "
+                      "eager forward and the comparison), every K",
+                      "graphed_verify_sampled", "graphed", eager_bound),
+    ]  # fmt: skip
 
 
 def _launch_target(results: dict) -> dict:

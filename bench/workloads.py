@@ -86,6 +86,17 @@ class WeightedFirstPlusOne(nn.Module):
         return xs[0] + 1
 
 
+def with_lora_adapters(module: nn.Module, rank: int = 16) -> nn.Module:
+    """`module` (a WeightedFirstPlusOne) with peft LoRA adapters of `rank` on every attention
+    projection (its blocks' `attn` linears, 96 of them), as a served diffusion model with a style
+    adapter loaded has: each adds a LoRA layer's modules, tensors and Python state (its scaling
+    dict, adapter lists and flags) to what the watch checks. Needs peft."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    config = LoraConfig(r=rank, lora_alpha=rank, target_modules=r".*\.attn\.\d+")
+    return inject_adapter_in_model(config, module)
+
+
 class Alternating:
     """Calls `forward` with two sets of inputs in turn and holds each output until the call after
     next, so that every call's input and output addresses differ from the last call's (as in a

@@ -32,6 +32,8 @@ static uint64_t gf_dict_version(PyObject *dict) { return ((PyDictObject *)dict)-
 struct gf_baked {
   PyObject *dicts;        /* a tuple: the watched dicts (references held) */
   PyObject *tensors;      /* a tuple: the watched tensors (references held) */
+  PyObject *sequences;    /* a tuple: the watched lists and sets (references held) */
+  PyObject *snapshots;    /* a tuple: each one's items when armed (a tuple) */
   uint64_t mutations;     /* Python 3.12+: gf_dict_mutations when armed */
   uint64_t *versions;     /* before 3.12: each dict's version tag when armed */
   const void **impls;     /* each tensor's TensorImpl */
@@ -57,6 +59,8 @@ void gf_baked_free(gf_baked *baked) {
   }
   Py_XDECREF(baked->dicts);
   Py_XDECREF(baked->tensors);
+  Py_XDECREF(baked->sequences);
+  Py_XDECREF(baked->snapshots);
   free(baked->versions);
   free(baked->impls);
   free(baked->addresses);
@@ -112,7 +116,31 @@ static int gf_baked_arm_tensors(gf_baked *baked) {
   return 0;
 }
 
-gf_baked *gf_baked_arm(PyObject *dicts, PyObject *tensors) {
+/* Lists and sets have no watcher and no version tag: each is compared with a copy of its items
+ * (a list item by identity, in order; a set's items by membership), so a watched one should be
+ * short (graphed._baked watches lists and sets of at most 64 items). */
+static int gf_baked_arm_sequences(gf_baked *baked) {
+  const Py_ssize_t count = PyTuple_GET_SIZE(baked->sequences);
+  baked->snapshots = PyTuple_New(count);
+  if (baked->snapshots == NULL) {
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject *sequence = PyTuple_GET_ITEM(baked->sequences, i);
+    PyObject *snapshot =
+        PyList_Check(sequence) || PyAnySet_Check(sequence) ? PySequence_Tuple(sequence) : NULL;
+    if (snapshot == NULL) {
+      if (!PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "graphed: watched item %zd is not a list or a set", i);
+      }
+      return -1;
+    }
+    PyTuple_SET_ITEM(baked->snapshots, i, snapshot);
+  }
+  return 0;
+}
+
+gf_baked *gf_baked_arm(PyObject *dicts, PyObject *tensors, PyObject *sequences) {
   gf_baked *baked = calloc(1, sizeof *baked);
   if (baked == NULL) {
     PyErr_NoMemory();
@@ -120,12 +148,41 @@ gf_baked *gf_baked_arm(PyObject *dicts, PyObject *tensors) {
   }
   baked->dicts = PySequence_Tuple(dicts);
   baked->tensors = baked->dicts != NULL ? PySequence_Tuple(tensors) : NULL;
-  if (baked->tensors == NULL || gf_baked_arm_dicts(baked) != 0 ||
-      gf_baked_arm_tensors(baked) != 0) {
+  baked->sequences = baked->tensors != NULL ? PySequence_Tuple(sequences) : NULL;
+  if (baked->sequences == NULL || gf_baked_arm_dicts(baked) != 0 ||
+      gf_baked_arm_tensors(baked) != 0 || gf_baked_arm_sequences(baked) != 0) {
     gf_baked_free(baked);
     return NULL;
   }
   return baked;
+}
+
+/* 1 when a list's or set's items differ from its snapshot's. A set's membership test may run an
+ * item's __eq__; an error there counts as a change (the Python layer then compares records). */
+static int gf_sequence_changed(PyObject *sequence, PyObject *snapshot) {
+  if (PyList_Check(sequence)) {
+    const Py_ssize_t length = PyList_GET_SIZE(sequence);
+    if (length != PyTuple_GET_SIZE(snapshot)) {
+      return 1;
+    }
+    for (Py_ssize_t i = 0; i < length; ++i) {
+      if (PyList_GET_ITEM(sequence, i) != PyTuple_GET_ITEM(snapshot, i)) {
+        return 1;
+      }
+    }
+    return 0;
+  }
+  const Py_ssize_t length = PyTuple_GET_SIZE(snapshot);
+  if (PySet_GET_SIZE(sequence) != length) {
+    return 1;
+  }
+  for (Py_ssize_t i = 0; i < length; ++i) {
+    if (PySet_Contains(sequence, PyTuple_GET_ITEM(snapshot, i)) != 1) {
+      PyErr_Clear();
+      return 1;
+    }
+  }
+  return 0;
 }
 
 int gf_baked_changed(const gf_baked *baked) {
@@ -141,5 +198,12 @@ int gf_baked_changed(const gf_baked *baked) {
     }
   }
 #endif
+  const Py_ssize_t sequence_count = PyTuple_GET_SIZE(baked->sequences);
+  for (Py_ssize_t i = 0; i < sequence_count; ++i) {
+    if (gf_sequence_changed(PyTuple_GET_ITEM(baked->sequences, i),
+                            PyTuple_GET_ITEM(baked->snapshots, i))) {
+      return 1;
+    }
+  }
   return gf_fastcall_torch_addresses_moved(baked->impls, baked->addresses, baked->tensor_count);
 }

@@ -14,7 +14,10 @@
  *    `load_state_dict`, a LoRA fused into the same tensor) does not, and keeps replaying;
  *  - a mutation of any watched dict: on Python 3.12 and later through a dict watcher (one counter
  *    for the process, so the check reads one word), before that through each dict's version tag
- *    (PEP 509; one word per dict).
+ *    (PEP 509; one word per dict). The dicts are the modules' own (attributes, parameters,
+ *    buffers, children, hooks) and the dicts their Python values hold (peft's `scaling`);
+ *  - a watched list or set (peft's `merged_adapters`, `_active_adapter`) whose items differ from
+ *    a copy made when armed: a length and a pointer per item, as neither has a watcher.
  * Who does what: this file arms and checks (CallState.watch / watch_fired, and both entries before
  * each call, which return CHANGED when it fires); graphed._baked's Watch records, compares and
  * settles (what a change means: a recapture, or eager under an offload hook). */
@@ -32,13 +35,14 @@ typedef struct gf_baked gf_baked;
 /* Installs the dict watcher where Python has one; 0, or -1 with a Python error. Once, at load. */
 int gf_baked_init(void);
 
-/* A watch of `dicts` (a list of dicts) and `tensors` (a list of plain tensors), recording their
- * state now; the watch holds references to both lists' items. NULL with a Python error. */
-gf_baked *gf_baked_arm(PyObject *dicts, PyObject *tensors);
+/* A watch of `dicts` (a list of dicts), `tensors` (a list of plain tensors) and `sequences` (a list
+ * of lists and sets), recording their state now; the watch holds references to the lists' items.
+ * NULL with a Python error. */
+gf_baked *gf_baked_arm(PyObject *dicts, PyObject *tensors, PyObject *sequences);
 
-/* 1 when a watched dict was mutated or a watched tensor's data address changed since the watch
- * was armed (or may have: another watched dict's mutation counts too on Python 3.12+), else 0.
- * Never raises. */
+/* 1 when a watched dict was mutated, a watched list's or set's items changed or a watched tensor's
+ * data address changed since the watch was armed (or may have: another watched dict's mutation
+ * counts too on Python 3.12+), else 0. Never raises. */
 int gf_baked_changed(const gf_baked *baked);
 
 void gf_baked_free(gf_baked *baked);

@@ -31,8 +31,11 @@ extern "C" {
  *   runner_call  the runner's RunnerCall while a call is in flight (NULL outside one): what
  *              CallState.phase and record_error(own=True) read and write.
  *   served     written by CallInFlight::settle: how many calls the serving entry has served, that
- *              one included (0 when it ran eager); verify mode reads it (graphed._verify).
+ *              one included (0 when it ran eager); both entries read it after the call to decide
+ *              whether it is one verify mode compares with eager (graphed._verify).
  * Set once or by their own methods, outside the lock's protocol:
+ *   verify_first, verify_every  set by CallState.verify (graphed._verify): the calls of each graph
+ *              compared with eager, the first N and then one in K (0: none).
  *   rebuild    callable(template, outputs), given to the constructor.
  *   last_key   bytes, the key of the latest fast-path call (NULL before one), reused by the next
  *              call whose walk gives the same bytes (gf_fastcall.c).
@@ -76,6 +79,8 @@ typedef struct gf_call_state {
   PyObject *last_key;
   void *runner_call; /* a graphed::RunnerCall (shim/gf_shim_host.h) */
   unsigned long long served;
+  unsigned long long verify_first;
+  unsigned long long verify_every;
   struct gf_baked *baked;
 } gf_call_state;
 

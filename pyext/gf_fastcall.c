@@ -61,6 +61,9 @@ static PyObject *gf_fallback;    /* returned when the fast path does not apply *
 static PyObject *gf_reentered;   /* returned for a call from inside its own forward */
 static PyObject *gf_changed;     /* returned when the state's watch fired (see gf_baked.h) */
 static PyObject *gf_placeholder; /* a tensor slot in an output template */
+/* What both entries return for a call verify mode compares with eager: SampledCall(result,
+ * served), a struct sequence (see gf_sampled_if_due). */
+static PyTypeObject *gf_sampled_call_type;
 
 /* The calls in flight on this thread, innermost first. A call of a CallState already in flight
  * here comes from inside that call's own forward (the forward calls its GraphedForward again):
@@ -200,20 +203,42 @@ static PyObject *gf_call_state_record_template(gf_call_state *state, PyObject *t
   Py_RETURN_NONE;
 }
 
-/* watch(dicts, tensors): what the runner's graphs baked in, from now on checked before each call
- * of either entry (see gf_baked.h); replaces the previous watch. */
+/* watch(dicts, tensors, sequences): what the runner's graphs baked in, from now on checked before
+ * each call of either entry (see gf_baked.h); replaces the previous watch. */
 static PyObject *gf_call_state_watch(gf_call_state *state, PyObject *const *args,
                                      Py_ssize_t nargs) {
-  if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "CallState.watch(dicts: list, tensors: list)");
+  if (nargs != 3 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "CallState.watch(dicts: list, tensors: list, sequences: list)");
     return NULL;
   }
-  gf_baked *baked = gf_baked_arm(args[0], args[1]);
+  gf_baked *baked = gf_baked_arm(args[0], args[1], args[2]);
   if (baked == NULL) {
     return NULL;
   }
   gf_baked_free(state->baked);
   state->baked = baked;
+  Py_RETURN_NONE;
+}
+
+/* verify(first, every): the calls of each graph both entries return as SampledCall from now on
+ * (see gf_sampled_if_due); verify(0, 0) none. */
+static PyObject *gf_call_state_verify(gf_call_state *state, PyObject *const *args,
+                                      Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "CallState.verify(first: int, every: int)");
+    return NULL;
+  }
+  const unsigned long long first = PyLong_AsUnsignedLongLong(args[0]);
+  if (first == (unsigned long long)-1 && PyErr_Occurred()) {
+    return NULL;
+  }
+  const unsigned long long every = PyLong_AsUnsignedLongLong(args[1]);
+  if (every == (unsigned long long)-1 && PyErr_Occurred()) {
+    return NULL;
+  }
+  state->verify_first = first;
+  state->verify_every = every;
   Py_RETURN_NONE;
 }
 
@@ -233,9 +258,12 @@ static PyObject *gf_call_state_watch_fired(gf_call_state *state, PyObject *unuse
 
 static PyMethodDef gf_call_state_methods[] = {
     {"watch", (PyCFunction)(void (*)(void))gf_call_state_watch, METH_FASTCALL,
-     "watch(dicts, tensors): checked before each call from now on; a call returns CHANGED when "
-     "a dict was mutated or a tensor's data moved"},
+     "watch(dicts, tensors, sequences): checked before each call from now on; a call returns "
+     "CHANGED when a dict was mutated, a list's or set's items changed or a tensor's data moved"},
     {"unwatch", (PyCFunction)gf_call_state_unwatch, METH_NOARGS, "unwatch(): no check"},
+    {"verify", (PyCFunction)(void (*)(void))gf_call_state_verify, METH_FASTCALL,
+     "verify(first, every): each graph's first `first` calls and then one in `every` are "
+     "returned as SampledCall(result, served), for verify mode to compare with eager"},
     {"watch_fired", (PyCFunction)gf_call_state_watch_fired, METH_NOARGS,
      "watch_fired() -> bool: whether the next call would return CHANGED"},
     {"record_error", (PyCFunction)(void (*)(void))gf_call_state_record_error, METH_FASTCALL,
@@ -322,6 +350,30 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, gf_call_i
 /* Ends either entry: raises for a failed status (the forward's own exception when it recorded
  * one, with its type and traceback), else rebuilds the output from the call's template; releases
  * the call's references and the outputs either way. */
+/* A call verify mode compares with eager (graphed._verify): one a graph served (served > 0, the
+ * capturing call included) within the first verify_first of that graph, or one in verify_every
+ * after them; returned as SampledCall(result, served), and every other call as its result, so
+ * that a call not sampled costs the caller one type test. Steals `rebuilt`. */
+static PyObject *gf_sampled_if_due(const gf_call_state *state, PyObject *rebuilt) {
+  const unsigned long long served = state->served;
+  const unsigned long long first = state->verify_first;
+  if (served == 0 || (served > first &&
+                      (state->verify_every == 0 || (served - first) % state->verify_every != 0))) {
+    return rebuilt;
+  }
+  PyObject *sampled = PyStructSequence_New(gf_sampled_call_type);
+  PyObject *count = PyLong_FromUnsignedLongLong(served);
+  if (sampled == NULL || count == NULL) {
+    Py_XDECREF(sampled);
+    Py_XDECREF(count);
+    Py_DECREF(rebuilt);
+    return NULL;
+  }
+  PyStructSequence_SetItem(sampled, 0, rebuilt);
+  PyStructSequence_SetItem(sampled, 1, count);
+  return sampled;
+}
+
 static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_in_flight *call,
                                 PyObject *outputs) {
   PyObject *rebuilt = NULL;
@@ -334,6 +386,9 @@ static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_i
     gf_fastcall_torch_raise(status, err);
   } else {
     rebuilt = gf_outputs_of_call(call->state, call->output_template, outputs);
+    if (rebuilt != NULL) {
+      rebuilt = gf_sampled_if_due(call->state, rebuilt);
+    }
   }
   Py_XDECREF(outputs);
   Py_XDECREF(call->error);
@@ -638,9 +693,29 @@ static struct PyModuleDef gf_fastcall_module = {
     NULL,
 };
 
+static PyStructSequence_Field gf_sampled_call_fields[] = {
+    {"result", "what the call returns"},
+    {"served", "how many calls the graph that served it has served, this one included"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc gf_sampled_call_desc = {
+    "_graphed_fastcall.SampledCall",
+    "A call verify mode compares with eager (graphed._verify): its result and the count of the "
+    "graph's calls.",
+    gf_sampled_call_fields,
+    2,
+};
+
 PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
   if (PyType_Ready(&gf_call_state_type) != 0) {
     return NULL;
+  }
+  if (gf_sampled_call_type == NULL) {
+    gf_sampled_call_type = PyStructSequence_NewType(&gf_sampled_call_desc);
+    if (gf_sampled_call_type == NULL) {
+      return NULL;
+    }
   }
   PyObject *module = PyModule_Create(&gf_fastcall_module);
   if (module == NULL) {
@@ -656,6 +731,7 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
       PyModule_AddObjectRef(module, "REENTERED", gf_reentered) != 0 ||
       PyModule_AddObjectRef(module, "PLACEHOLDER", gf_placeholder) != 0 ||
       PyModule_AddObjectRef(module, "CallState", (PyObject *)&gf_call_state_type) != 0 ||
+      PyModule_AddObjectRef(module, "SampledCall", (PyObject *)gf_sampled_call_type) != 0 ||
       /* The core's numbers and the probe's warning text Python reads, named once in C
        * (graphed._forward, graphed._phases). */
       PyModule_AddIntConstant(module, "MAX_DIMS", GF_MAX_DIMS) != 0 ||

@@ -72,12 +72,12 @@ elif ((pytest_rc != 0)); then
 fi
 
 # The tests that drive transformers, diffusers and accelerate through their own call sites, again
-# on the newest releases of the three (setup.sh's .venv-newest: those packages over .venv's torch
+# on the newest releases of the four (setup.sh's .venv-newest: those packages over .venv's torch
 # and graphed), so that a release users install today is tested as well as the pins.
 echo
-echo "== pytest: third-party tests on the newest transformers, diffusers, accelerate =="
+echo "== pytest: third-party tests on the newest transformers, diffusers, accelerate, peft =="
 THIRD_PARTY_TESTS=(test_generate.py test_third_party_models.py test_diffusers_pipelines.py
-  test_changed_state.py test_owned_cache.py test_containers.py)
+  test_changed_state.py test_owned_cache.py test_containers.py test_lora.py)
 newest_rc=0
 GRAPHED_EXPECT_INSTALLED=1 "$ROOT/.venv-newest/bin/python" -m pytest \
   "${THIRD_PARTY_TESTS[@]/#/$ROOT/tests/python/}" -m "not gpu" \

@@ -9,9 +9,22 @@ compute with what is gone, silently.
 
 `BakedState(module)` records it all, by dotted path: every submodule (its identity, class, mode,
 hooks and an instance `forward` override), every parameter, buffer and tensor attribute (identity,
-data address, dtype, device, shape, strides), and torch's global forward hooks. It also lists what
-the native watch checks before every call (pyext/gf_baked.h): the dicts that hold all of that and
-the tensors' addresses. A GraphedForward holds one `Watch`, which owns the life cycle: it arms
+data address, dtype, device, shape, strides), every other attribute's Python value (see "Python
+values" below), and torch's global forward hooks. It also lists what the native watch checks
+before every call (pyext/gf_baked.h): the dicts that hold all of that, the lists and sets among
+the Python values, and the tensors' addresses.
+
+Python values: a forward reads numbers and flags from its module (peft's LoRA layers keep the
+adapters' `scaling` dict, `_disable_adapters`, `merged_adapters` and `_active_adapter` there; a
+model keeps `self.cfg["scale"]`), and a graph bakes what they were at capture. Each attribute of
+each submodule that is not a tensor, a submodule or torch's own bookkeeping is recorded as a
+value: scalars (None, bool, int, float, complex, str, bytes, enums, torch dtypes, devices and
+layouts) as themselves; dicts, lists, tuples and sets by their items, down to _VALUE_LEVELS levels
+(the attribute, its items, theirs), the dicts watched for mutation and the lists and sets
+compared item by item; a tensor among the items by its record; any other object by its identity
+and class (an attention processor swapped is seen; a change inside it is not). A container
+longer than _LONGEST_WATCHED items, and anything deeper than the levels, is recorded by identity
+and length only. A GraphedForward holds one `Watch`, which owns the life cycle: it arms
 the native check, and when the check fires (a call returns CHANGED) it takes a new BakedState and
 compares: equal (an attribute the forward set, a mode set to what it was) keeps the graphs; a
 difference drops them, so the next call captures what the module is now; a hook that moves
@@ -28,6 +41,7 @@ reset() after changing them, and use verify mode (graphed._verify) to prove a ne
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -43,6 +57,19 @@ _log = logging.getLogger("graphed")
 # (a forward hook registered with_kwargs is in _forward_hooks too).
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules", "_forward_hooks", "_forward_pre_hooks")
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks")
+# What an nn.Module keeps in its __dict__ itself: recorded above (tensors, children, hooks, the
+# mode) or not read by a forward (backward and state_dict hooks); the rest is the module's own.
+_TORCH_ATTRIBUTES = frozenset(vars(torch.nn.Module()))
+# Python values that are their own record (immutable, compared by ==).
+_SCALAR_TYPES = (
+    type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout,
+    torch.memory_format,
+)  # fmt: skip
+# How deep in a module attribute Python values are recorded and watched (the attribute is level
+# 1), and how long a watched container may be (longer: identity and length only). A list or set
+# is compared item by item before every call, so its length bounds that cost.
+_VALUE_LEVELS = 3
+_LONGEST_WATCHED = 64
 # accelerate's hooks that move a module's weights at every call (model and sequential offload);
 # other accelerate hooks (device_map's AlignDevicesHook without offload) only move inputs.
 _OFFLOAD_HOOKS = ("CpuOffload", "UserCpuOffloadHook")
@@ -80,6 +107,7 @@ class BakedState:
         self.records: dict[str, tuple] = {}
         self.dicts: list[dict] = [getattr(_module_globals, name) for name in _GLOBAL_HOOKS]
         self.tensors: list[torch.Tensor] = []
+        self.sequences: list[list | set] = []
         # The same walk, by kind, for what a capture's warm-ups put back (graphed._phases): each
         # tensor once, under the first path it is found at, as module.named_parameters() does.
         self.by_kind: dict[str, list[tuple[str, torch.Tensor]]] = {
@@ -119,6 +147,31 @@ class BakedState:
                 if id(tensor) not in self._seen:
                     self._seen.add(id(tensor))
                     self.by_kind[kind].append((key, tensor))
+        for name, value in attributes.items():
+            if name not in _TORCH_ATTRIBUTES and not isinstance(value, torch.Tensor):
+                self.records[prefix + name] = ("value", self._value_record(value, 1))
+
+    def _value_record(self, value: Any, level: int) -> Any:
+        """A Python value's record (see "Python values" in the module docstring); the containers
+        it reaches are added to what the native watch checks."""
+        if isinstance(value, _SCALAR_TYPES) or isinstance(value, enum.Enum):
+            return value
+        if isinstance(value, torch.Tensor):
+            return _tensor_record("item", value)
+        kind = type(value)
+        if not isinstance(value, (dict, list, tuple, set, frozenset)):
+            return ("object", kind, id(value))
+        if level > _VALUE_LEVELS or len(value) > _LONGEST_WATCHED:
+            return ("container", kind, id(value), len(value))
+        deeper = level + 1
+        if isinstance(value, dict):
+            self.dicts.append(value)
+            return (kind, tuple((self._value_record(key, deeper), self._value_record(item, deeper))
+                                for key, item in value.items()))  # fmt: skip
+        if isinstance(value, (list, set)):
+            self.sequences.append(value)
+        items = tuple(self._value_record(item, deeper) for item in value)
+        return (kind, frozenset(items) if isinstance(value, (set, frozenset)) else items)
 
     @staticmethod
     def _tensors_of(submodule: torch.nn.Module, attributes: dict) -> Iterator[tuple[str, Any]]:
@@ -214,7 +267,7 @@ class Watch:
     def record(self, module: torch.nn.Module) -> BakedState:
         """Records the module as it is now and arms the check of it."""
         self.baked = BakedState(module)
-        self._call_state.watch(self.baked.dicts, self.baked.tensors)
+        self._call_state.watch(self.baked.dicts, self.baked.tensors, self.baked.sequences)
         return self.baked
 
     def follow_change(self, runner: Any) -> None:

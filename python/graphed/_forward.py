@@ -47,6 +47,7 @@ _NO_KEEP_ALIVE: list = []
 _is_compiling = torch.compiler.is_compiling
 _PHASE_CAPTURE = _phases.PHASE_CAPTURE
 _PHASE_EAGER = _phases.PHASE_EAGER
+_SAMPLED_CALL = _fastcall.SampledCall
 
 
 def _is_callers_error(raised: BaseException) -> bool:
@@ -54,13 +55,6 @@ def _is_callers_error(raised: BaseException) -> bool:
     as opposed to a RuntimeError a capture raises for what it forbids: the caller gets it as
     eager would raise it, once, and the runner stays enabled (a smaller key may still capture)."""
     return not isinstance(raised, RuntimeError) or isinstance(raised, torch.OutOfMemoryError)
-
-
-class _EagerAnswer:
-    """The detour of a runner disabled for good: it takes every call (_answer_eagerly)."""
-
-    takes_call = staticmethod(lambda: True)
-    call = staticmethod(lambda runner, args, kwargs: runner._answer_eagerly(args, kwargs))
 
 
 class GraphedForward(ModuleMethods, _ops.RunnerReports):
@@ -87,6 +81,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         cpu_inputs: str = "refuse",
         verify: int | None = None,
         verify_tolerance: tuple[float, float] | None = None,
+        verify_every: int | None = None,
         memory_pool: MemoryPool | None = None,
     ) -> None:
         """Wraps `module` (any callable taking keyword arguments) for `device`.
@@ -113,7 +108,9 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         largest difference in disabled_reason, warns, and returns eager's result. None reads
         $GRAPHED_VERIFY (0 when unset). The way to prove a new model safe to graph; each verified
         call runs the forward twice, so a forward that advances state (a cache) reports a
-        difference by design (graphed._verify).
+        difference by design (graphed._verify). verify_every=K keeps verifying in serving: after
+        those N, one call in K of each graph is compared the same way (None reads
+        $GRAPHED_VERIFY_EVERY; 0, the default, none); a call not sampled costs one type test.
 
         memory_pool (a graphed.MemoryPool of this device) makes this runner's graphs, warm-ups
         and probe allocate from that pool, shared with the other runners made on it, so that
@@ -123,7 +120,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         _arguments.check_callable(module)
         _arguments.check_reserved(module)
         _arguments.check_options(cpu_inputs, max_entries, warmup_iters, capture_context)
-        verification = _verify.Verification.of(verify, verify_tolerance)
+        verification = _verify.Verification.of(verify, verify_tolerance, verify_every)
         self.module = module
         self.device = resolve_device(torch.device(device))
         self.name = name
@@ -154,8 +151,10 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         # call from inside it is its own re-entry; another thread's call is a call of its own).
         self._forwards_here = threading.local()
         self._disabled = False
-        # None: every call takes the plain path of __call__; else what takes calls first.
-        self._detour: Any = None if verification is None else _verify.Verifier(verification)
+        # None: no call is compared with eager; else what compares those the entries sample.
+        self._verifier = None if verification is None else _verify.Verifier(verification)
+        if self._verifier is not None:
+            self._verifier.arm(self._call_state)
         # With a group, the shim agrees over it by its registered name (graphed._groups).
         group_name = None if self.group is None else _groups.group_name_of(self.group)
         self._hooks.on_runner_created()
@@ -196,11 +195,9 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         by the entry a capture creates), `pin` (True keeps that entry from eviction) and
         `static_outputs` (True returns the graph's own output buffers, which the next replay
         overwrites). Returns what the module returns, with fresh tensors."""
-        detour = self._detour
-        if detour is not None and detour.takes_call():
-            # Verify mode, or a runner disabled for good (answered in Python): the one test the
-            # plain path pays for either.
-            return detour.call(self, args, kwargs)
+        if self._disabled:
+            # A runner disabled for good, answered in Python.
+            return self._answer_eagerly(args, kwargs)
         # The options are read out of **kwargs rather than declared as keyword parameters:
         # CPython matches every keyword of a call against each declared name, by identity and
         # then by string comparison, which cost about 1.3 us a call at 64 kwargs (a 2-core x86
@@ -244,6 +241,9 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             # A call from inside this instance's own forward (the forward calls its GraphedForward
             # again): eager, as the forward would run without graphed (see gf_fastcall.c).
             return self._eager(kwargs)
+        if type(result) is _SAMPLED_CALL:
+            # One of the calls verify mode compares with eager (graphed._verify).
+            return self._verifier.compared(self, kwargs, result)
         return result
 
     def _call_flat(self, kwargs: dict, variant: Any, options: tuple) -> Any:
@@ -400,7 +400,6 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         """The runner is disabled for good (its "disabled" event, disable(), or made so): calls
         are answered in Python from now on (_answer_eagerly), and nothing is watched."""
         self._disabled = True
-        self._detour = _EagerAnswer
         self._watch.stop()
 
     def release_group(self, reason: str) -> None:

@@ -1,5 +1,5 @@
 """Verify mode: proving a graph computes what eager does, where graphed cannot prove it by
-construction.
+construction, and keeping it proved in serving.
 
 `GraphedForward(..., verify=N)`, or `GRAPHED_VERIFY=N` in the environment for a deployment: each of
 the first N calls a graph serves (the capturing call included) also runs the module eagerly and
@@ -12,51 +12,63 @@ value the forward computes on the host from state. A forward that advances state
 step counter) runs twice per verified call and so differs by design; verify those with the state
 reset, or not at all.
 
-A verifying GraphedForward keeps its class (an XPUGraphedForward, a user's subclass): it holds a
-`Verifier` as its detour, which its __call__ hands each call to, while the plain call path reads
-nothing of verify mode but the one attribute test a runner disabled for good needs too.
+`verify_every=K` (or `GRAPHED_VERIFY_EVERY=K`) samples after that window: one call in K of each
+graph is compared the same way, so that a change graphed cannot see is caught in serving, at the
+cost of one eager forward per sampled call.
+
+Which calls are compared is decided in C, where the call's count is (the CallState's verify
+setting, pyext/gf_fastcall.c): such a call comes back as a SampledCall(result, served), and
+GraphedForward hands it to its `Verifier`; every other call costs the call path one type test.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any, NamedTuple
 
 import torch
 from torch.utils import _pytree as pytree
 
-from ._arguments import pop_options
-
 VERIFY_ENV = "GRAPHED_VERIFY"
+VERIFY_EVERY_ENV = "GRAPHED_VERIFY_EVERY"
+
+
+def _count(value: int | None, option: str, variable: str, what: str) -> int:
+    """An option that counts calls (None: the environment variable's, 0 when unset)."""
+    if value is None:
+        text = os.environ.get(variable, "").strip()
+        try:
+            value = int(text) if text else 0
+        except ValueError:
+            raise ValueError(f"${variable} must be a whole number {what}, got {text!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{option} must be an int of 0 or more, got {value!r}")
+    return value
 
 
 class Verification(NamedTuple):
-    """How many calls of each graph are compared with eager, and how closely."""
+    """Which calls of each graph are compared with eager (the first `calls`, then one in `every`
+    when it is not 0), and how closely."""
 
     calls: int
     tolerance: tuple[float, float] | None
+    every: int = 0
 
     @classmethod
-    def of(cls, calls: int | None, tolerance: tuple[float, float] | None) -> Verification | None:
-        """The constructor's verify options (calls None: $GRAPHED_VERIFY), or None for none."""
-        if calls is None:
-            text = os.environ.get(VERIFY_ENV, "").strip()
-            try:
-                calls = int(text) if text else 0
-            except ValueError:
-                raise ValueError(
-                    f"${VERIFY_ENV} must be a whole number of calls to verify, got {text!r}"
-                ) from None
-        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
-            raise ValueError(f"verify must be an int of 0 or more, got {calls!r}")
+    def of(
+        cls, calls: int | None, tolerance: tuple[float, float] | None, every: int | None = None
+    ) -> Verification | None:
+        """The constructor's verify options (None: $GRAPHED_VERIFY, $GRAPHED_VERIFY_EVERY), or
+        None for none."""
+        calls = _count(calls, "verify", VERIFY_ENV, "of calls to verify")
+        every = _count(every, "verify_every", VERIFY_EVERY_ENV, "(verify one call in that many)")
         if tolerance is not None:
             if len(tolerance) != 2 or any(float(bound) < 0 for bound in tolerance):
                 raise ValueError(
                     f"verify_tolerance must be (rtol, atol), both >= 0, got {tolerance!r}"
                 )
             tolerance = (float(tolerance[0]), float(tolerance[1]))
-        return cls(calls, tolerance) if calls > 0 else None
+        return cls(calls, tolerance, every) if calls > 0 or every > 0 else None
 
     def difference(self, replayed: Any, expected: Any) -> str | None:
         """None when the outputs agree, else where and by how much they differ (a phrase)."""
@@ -99,40 +111,32 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class Verifier:
-    """The detour of a GraphedForward made with verify=N (see the module docstring): it makes the
-    call through the graph, then, for each of the first N calls a graph serves, runs the module
-    eagerly and compares."""
+    """What a GraphedForward made with verify options does with a call the C entry returned as a
+    SampledCall: runs the module eagerly and compares (see the module docstring)."""
 
     def __init__(self, verification: Verification) -> None:
         self.verification = verification
-        # Per thread: the verifier's own call through the graph (in `call`) takes the plain path,
-        # while a call another thread makes at the same time is verified as any other.
-        self._calling = threading.local()
 
-    def takes_call(self) -> bool:
-        """Whether the runner's __call__ hands this call to `call` (not the verifier's own)."""
-        return not getattr(self._calling, "active", False)
+    def arm(self, call_state: Any) -> None:
+        """Makes the runner's entries return the calls to compare as SampledCall."""
+        call_state.verify(self.verification.calls, self.verification.every)
 
-    def call(self, runner: Any, args: tuple, kwargs: dict) -> Any:
-        """`runner(*args, **kwargs)` through its graph, compared with eager while its graph has
-        served at most N calls; a difference disables the runner and returns eager's result."""
-        outer = getattr(self._calling, "active", False)
-        self._calling.active = True
-        try:
-            result = runner(*args, **kwargs)
-        finally:
-            self._calling.active = outer
-        served = runner._call_state.served
+    def compared(self, runner: Any, kwargs: dict, sampled: Any) -> Any:
+        """The sampled call's result, compared with eager's for the same kwargs (the call's own,
+        graphed's options taken out); a difference disables the runner and returns eager's
+        result."""
+        result, served = sampled
+        expected = runner._eager(kwargs)
         verification = self.verification
-        if runner._detour is not self or not 0 < served <= verification.calls:
-            return result  # disabled meanwhile (its calls run eager), or served past N
-        call = dict(kwargs)
-        pop_options(call)
-        expected = runner._eager(runner._bind_positional(args, call) if args else call)
         difference = verification.difference(result, expected)
         if difference is None:
             return result
-        reason = f"verify: call {served} of a graph differed from eager {difference}"
+        which = (
+            f"call {served} of a graph"
+            if served <= verification.calls
+            else f"call {served} of a graph (one in {verification.every} sampled)"
+        )
+        reason = f"verify: {which} differed from eager {difference}"
         # Said once: the disable's own report (graphed._observe) names the reason.
         runner.disable(reason)
         return expected

@@ -16,6 +16,7 @@ stale device graph would), and bitwise on the GPU:
 
 from __future__ import annotations
 
+import enum
 import logging
 
 import pytest
@@ -270,6 +271,103 @@ def test_a_python_attribute_the_forward_rebinds_is_named_once(emulated_backend, 
     assert len(named) == 1 and "calls" in named[0], named
 
 
+# -- Python values a module holds (peft's LoRA state, a config dict) ----------------------------
+
+
+class ReadsPythonValues(torch.nn.Module):
+    """Reads numbers and flags from Python values it holds, as peft's LoRA layers do (a `scaling`
+    dict, `_disable_adapters`, `merged_adapters`, `_active_adapter`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(4, 4)
+        self.cfg = {"scale": 1.0, "inner": {"shift": 0.0, "names": ["a"]}}
+        self.disabled = False
+        self.merged: list[str] = []
+        self.active = {"a"}
+        self.mode = Mode.PLAIN
+        self.helper = Doubler()
+
+    def forward(self, x):
+        y = self.linear(x) * self.cfg["scale"] + self.cfg["inner"]["shift"]
+        y = y + len(self.cfg["inner"]["names"]) + len(self.merged) + 10 * len(self.active)
+        if self.mode is Mode.NEGATED:
+            y = -y
+        return self.helper(y) * 0 if self.disabled else self.helper(y)
+
+
+class Mode(enum.Enum):
+    PLAIN = 0
+    NEGATED = 1
+
+
+class Doubler:
+    def __call__(self, y):
+        return y * 2
+
+
+class Tripler:
+    def __call__(self, y):
+        return y * 3
+
+
+VALUE_CHANGES = {
+    "dict item set in place": lambda m: m.cfg.__setitem__("scale", 3.0),
+    "bool re-bound": lambda m: setattr(m, "disabled", True),
+    "list appended to": lambda m: m.merged.append("a"),
+    "set added to": lambda m: m.active.add("b"),
+    "dict in a dict set in place": lambda m: m.cfg["inner"].__setitem__("shift", 0.5),
+    "list in a dict appended to": lambda m: m.cfg["inner"]["names"].append("b"),
+    "enum re-bound": lambda m: setattr(m, "mode", Mode.NEGATED),
+    "object swapped (an attention processor)": lambda m: setattr(m, "helper", Tripler()),
+    "dict re-bound": lambda m: setattr(m, "cfg", {**m.cfg, "scale": 2.0}),
+}
+
+
+@pytest.mark.parametrize("change", list(VALUE_CHANGES))
+def test_a_python_value_changed_after_capture_is_captured_again(emulated_backend, change):
+    module = ReadsPythonValues()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend)
+    x = _x()[:, :4]
+    for _ in range(3):
+        gf(x)
+    VALUE_CHANGES[change](module)
+    want = _eager(module, x)
+    assert not torch.equal(want, _eager(ReadsPythonValues(), x))  # the change changes the output
+    for _ in range(2):
+        torch.testing.assert_close(gf(x), want, rtol=0, atol=0)
+    stats = gf.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert (stats["captures"], stats["replays"]) == (2, 5), stats  # each call replays
+
+
+def test_a_python_value_set_to_what_it_was_keeps_the_graph(emulated_backend):
+    module = ReadsPythonValues()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend)
+    x = _x()[:, :4]
+    gf(x)
+    module.cfg["scale"] = 1.0
+    module.disabled = False
+    module.merged.append("a")
+    module.merged.pop()
+    torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)
+    assert gf.stats()["captures"] == 1, gf.stats()
+
+
+def test_the_changed_python_value_is_logged_by_its_path(emulated_backend, caplog):
+    module = torch.nn.Sequential(ReadsPythonValues())
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend)
+    x = _x()[:, :4]
+    gf(input=x)
+    module[0].cfg["scale"] = 2.0
+    with caplog.at_level(logging.INFO, logger="graphed"):
+        gf(input=x)
+    assert any("'0.cfg'" in r.message or "0.cfg" in r.message for r in caplog.records), [
+        r.message for r in caplog.records
+    ]
+
+
 # -- non-tensor outputs that do not follow from the key ------------------------------------------
 
 
@@ -386,6 +484,38 @@ def test_verify_options_are_checked(monkeypatch):
         GraphedForward(TwoLayers(), device="cpu", verify=1, verify_tolerance=(1.0,))
     monkeypatch.setenv("GRAPHED_VERIFY", "some")
     with pytest.raises(ValueError, match=r"\$GRAPHED_VERIFY must be a whole number"):
+        GraphedForward(TwoLayers(), device="cpu")
+
+
+def test_sampled_verify_catches_a_stale_graph_in_serving(emulated_backend):
+    module = ReadsAHiddenTensor()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, verify_every=4)
+    x = _stale_after_capture(gf, module, "cpu")  # the graph's call 1; then a change it cannot see
+    for _ in range(2):
+        gf(x)  # calls 2 and 3 are not sampled: the stale graph answers (what verify is for)
+    assert gf.stats()["enabled"]
+    torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)  # call 4 is sampled
+    reason = gf.stats()["disabled_reason"]
+    assert "verify: call 4 of a graph (one in 4 sampled) differed from eager at output" in reason
+    torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)  # eager from then on
+
+
+def test_sampled_verify_runs_one_eager_forward_in_k_calls_after_the_window(
+    emulated_backend, monkeypatch
+):
+    plain_runs, _ = _forward_runs(emulated_backend, 10)
+    monkeypatch.setenv("GRAPHED_VERIFY", "1")
+    monkeypatch.setenv("GRAPHED_VERIFY_EVERY", "3")
+    verified_runs, stats = _forward_runs(emulated_backend, 10)
+    assert stats["enabled"], stats["disabled_reason"]
+    assert verified_runs == plain_runs + 4  # the graph's calls 1 (the window), 4, 7 and 10
+
+
+def test_sampled_verify_options_are_checked(monkeypatch):
+    with pytest.raises(ValueError, match="verify_every must be an int of 0 or more"):
+        GraphedForward(TwoLayers(), device="cpu", verify_every=-2)
+    monkeypatch.setenv("GRAPHED_VERIFY_EVERY", "often")
+    with pytest.raises(ValueError, match=r"\$GRAPHED_VERIFY_EVERY must be a whole number"):
         GraphedForward(TwoLayers(), device="cpu")
 
 
