@@ -81,26 +81,28 @@ def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
         module, device=device, name=f"host-k{k}-cpu", cpu_inputs="to_device"
     )
     xs_one_on_cpu = [*xs[:-1], xs[-1].cpu()] if k > 1 else xs
+
+    def optional(method: str, make: Callable[[], Any]) -> Any:
+        """A runner only some builds or machines can make (peft absent, an older graphed
+        timed by device_check.sh compare): None, and the reason under `method`."""
+        try:
+            return make()
+        except (ImportError, TypeError) as error:
+            problems[method] = f"not measured: {type(error).__name__}: {_first_line(error)}"
+            return None
+
     # The same DiT tree with LoRA adapters on its 96 attention projections (peft): its
     # difference from "graphed_weights" is what watching the adapters' state costs.
-    try:
-        with_lora = graphed.GraphedForward(
-            with_lora_adapters(WeightedFirstPlusOne()).to(device),
-            device=device,
-            name=f"host-k{k}-lora",
-        )
-    except ImportError as error:  # peft absent: reported; the other methods still run
-        with_lora = None
-        problems["graphed_lora"] = f"not measured: {error}"
+    with_lora = optional("graphed_lora", lambda: graphed.GraphedForward(
+        with_lora_adapters(WeightedFirstPlusOne()).to(device), device=device,
+        name=f"host-k{k}-lora"))  # fmt: skip
     # Verification sampled in serving (graphed._verify): a runner whose calls are almost never
     # sampled, for what an unsampled call costs over "graphed", and one whose every call is, for
     # what a sampled call costs (one eager forward and the comparison).
-    sampling = graphed.GraphedForward(
-        module, device=device, name=f"host-k{k}-sampling", verify_every=1 << 40
-    )
-    each_sampled = graphed.GraphedForward(
-        module, device=device, name=f"host-k{k}-sampled", verify_every=1
-    )
+    sampling = optional("graphed_verify_unsampled", lambda: graphed.GraphedForward(
+        module, device=device, name=f"host-k{k}-sampling", verify_every=1 << 40))  # fmt: skip
+    each_sampled = optional("graphed_verify_sampled", lambda: graphed.GraphedForward(
+        module, device=device, name=f"host-k{k}-sampled", verify_every=1))  # fmt: skip
     seed = SeedGraphedForward(module, device=device, max_entries=16, warmup_iters=2)
     passthrough = passthrough_op()
     methods: dict[str, Callable[[], Any]] = {

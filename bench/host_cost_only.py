@@ -16,7 +16,10 @@ import torch
 from host_cost import run_host_cost
 from timing import choose_host_clock, gc_paused
 
-RATIO_METHODS = ("graphed", "graphed_changing", "graphed_op", "graphed_python")
+RATIO_METHODS = (
+    "graphed", "graphed_changing", "graphed_op", "graphed_python", "graphed_positional",
+    "graphed_weights", "graphed_lora", "graphed_verify_unsampled",
+)  # fmt: skip
 
 
 def main() -> None:
