@@ -35,6 +35,10 @@ def _first(result: Any) -> torch.Tensor:
     return result[0] if isinstance(result, (list, tuple)) else result
 
 
+def _with_xs(runner: Any, xs: list) -> Callable[[], Any] | None:
+    return None if runner is None else functools.partial(runner, xs=xs)
+
+
 def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
     """The callables for one K, plus what is needed to check them and read their stats."""
     module = FirstPlusOne()
@@ -114,9 +118,10 @@ def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
         "graphed_weights": functools.partial(weighted, xs=xs),
         "graphed_positional": functools.partial(weighted, xs),
         "graphed_cpu_input": functools.partial(staging, xs=xs_one_on_cpu),
-        "graphed_lora": functools.partial(with_lora, xs=xs),
-        "graphed_verify_unsampled": functools.partial(sampling, xs=xs),
-        "graphed_verify_sampled": functools.partial(each_sampled, xs=xs),
+        # None where `optional` could not make the runner: dropped with the problems below.
+        "graphed_lora": _with_xs(with_lora, xs),
+        "graphed_verify_unsampled": _with_xs(sampling, xs),
+        "graphed_verify_sampled": _with_xs(each_sampled, xs),
         # keep_alive, pin and static_outputs keep their schema defaults, as a caller that needs
         # none of them writes the call: torch converts and checks every argument passed from
         # Python.

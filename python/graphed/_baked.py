@@ -164,11 +164,16 @@ class BakedState:
         if level > _VALUE_LEVELS or len(value) > _LONGEST_WATCHED:
             return ("container", kind, id(value), len(value))
         deeper = level + 1
+        # Each container watched once, however many attributes share it (peft gives all its
+        # layers one `_active_adapter` list): the check before each call reads it once.
+        first_sight = id(value) not in self._seen
+        self._seen.add(id(value))
         if isinstance(value, dict):
-            self.dicts.append(value)
+            if first_sight:
+                self.dicts.append(value)
             return (kind, tuple((self._value_record(key, deeper), self._value_record(item, deeper))
                                 for key, item in value.items()))  # fmt: skip
-        if isinstance(value, (list, set)):
+        if isinstance(value, (list, set)) and first_sight:
             self.sequences.append(value)
         items = tuple(self._value_record(item, deeper) for item in value)
         return (kind, frozenset(items) if isinstance(value, (set, frozenset)) else items)
