@@ -2,10 +2,13 @@
 
 Every workflow users run to switch adapters (bench/lora_workflow.py: diffusers' PeftAdapterMixin on
 tiny random SD3 and Flux transformers, peft's get_peft_model on a plain module), each step's next
-two graphed calls against the model's own: on the CPU with the emulated backend (whose replay
-returns what the capture wrote, so a step graphed missed returns the previous adapters' result, as
-a stale device graph would) and bitwise on the GPU. A step that changes what the forward computes
-with recaptures once; a hot-swap (tensors updated in place) replays without one.
+two graphed calls against the model's own, and a Flux pipeline's own LoRA API
+(`save_lora_weights`, `load_lora_weights`, `set_adapters`, `fuse_lora`, `unload_lora_weights`)
+through graph_pipeline against an identical eager pipeline: on the CPU with the emulated backend
+(whose replay returns what the capture wrote, so a step graphed missed returns the previous
+adapters' result, as a stale device graph would) and bitwise on the GPU. A step that changes what
+the forward computes with recaptures once; a hot-swap (tensors updated in place) replays without
+one.
 """
 
 from __future__ import annotations
@@ -40,3 +43,57 @@ def test_every_lora_step_gives_eagers_output(emulated_backend, family):
 @pytest.mark.parametrize("family", ["sd3", "flux", "peft"])
 def test_every_lora_step_gives_eagers_output_bitwise_on_the_device(family):
     _check(lora_workflow.run_workflow(family, torch.device("cuda")), replays_compute=True)
+
+
+def _pipeline_lora_steps(device: str, backend: str | None) -> list[tuple[str, bool, int]]:
+    """Adapters loaded and switched through a Flux pipeline's own LoRA API (save_lora_weights,
+    load_lora_weights, set_adapters, fuse_lora, unfuse_lora, unload_lora_weights) on a pipeline
+    graph_pipeline graphed and on an identical eager one: for each step, whether one pipeline step
+    gave the eager pipeline's images and how many captures it caused."""
+    import tempfile
+
+    import graphed
+    from diffusers import FluxPipeline
+    from peft.utils import get_peft_model_state_dict
+    from test_diffusers_pipelines import _build, _run
+
+    graphed_pipe, call = _build("flux", device)
+    eager_pipe, _ = _build("flux", device)
+    steps = []
+    with tempfile.TemporaryDirectory() as folder:
+        torch.manual_seed(2)
+        eager_pipe.transformer.add_adapter(lora_workflow._config(alpha=8), "style")
+        layers = get_peft_model_state_dict(eager_pipe.transformer, adapter_name="style")
+        FluxPipeline.save_lora_weights(folder, transformer_lora_layers=layers)
+        eager_pipe.transformer.delete_adapters("style")
+        runner = graphed.graph_pipeline(graphed_pipe, backend=backend)["transformer"]
+        try:
+            actions = [
+                ("graph_pipeline", lambda pipe: None),
+                ("load_lora_weights", lambda pipe: pipe.load_lora_weights(folder, "style")),
+                ("set_adapters(style, 0.5)", lambda pipe: pipe.set_adapters("style", 0.5)),
+                ("fuse_lora(lora_scale=0.7)", lambda pipe: pipe.fuse_lora(lora_scale=0.7)),
+                ("unfuse_lora()", lambda pipe: pipe.unfuse_lora()),
+                ("unload_lora_weights()", lambda pipe: pipe.unload_lora_weights()),
+            ]
+            for name, action in actions:
+                action(graphed_pipe)
+                action(eager_pipe)
+                captures = runner.stats()["captures"]
+                same = torch.equal(_run(graphed_pipe, call, steps=1), _run(eager_pipe, call, 1))
+                steps.append((name, same, runner.stats()["captures"] - captures))
+        finally:
+            graphed.ungraph_pipeline(graphed_pipe)
+    return steps
+
+
+def test_a_pipelines_lora_api_gives_eagers_images(emulated_backend):
+    steps = _pipeline_lora_steps("cpu", emulated_backend)
+    assert steps == [(name, True, 1) for name, _, _ in steps], steps
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_pipelines_lora_api_gives_eagers_images_bitwise_on_the_device():
+    steps = _pipeline_lora_steps("cuda", None)
+    assert steps == [(name, True, 1) for name, _, _ in steps], steps
