@@ -42,6 +42,7 @@ typedef struct gf_entry {
   size_t mutated_count;   /* replays write those back to the caller's tensors */
   int64_t device_bytes;   /* device memory the capture took (-1: unknown) */
   int64_t reserved_bytes; /* device memory the capture added to the allocator's (-1: unknown) */
+  double capture_seconds; /* how long its capture took, warm-ups and probe included */
   gf_input_sharing inputs_shareable;
   void *user; /* the host's own data for the entry (NULL: none), released with the entry through
                * gf_host.release_user; the CPython entry keeps the entry's output template here */

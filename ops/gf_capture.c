@@ -69,6 +69,7 @@ static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double 
   captured.reserved_bytes = gf_bytes_growth(before.reserved, after.reserved);
   entry->device_bytes = captured.device_bytes;
   entry->reserved_bytes = captured.reserved_bytes;
+  entry->capture_seconds = captured.seconds;
   if (entry->device_bytes > 0) {
     runner->graph_bytes += entry->device_bytes;
   }

@@ -286,6 +286,7 @@ void gf_runner_visit_entries(const gf_runner *runner, gf_entry_visit_fn visit, v
     info.static_bytes = entry->static_inputs.bytes + entry->static_outputs.bytes;
     info.device_bytes = entry->device_bytes;
     info.reserved_bytes = entry->reserved_bytes;
+    info.capture_seconds = entry->capture_seconds;
     info.pinned = entry->pinned;
     info.folded = entry->folded;
     info.mutated_count = entry->mutated_count;

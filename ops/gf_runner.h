@@ -123,6 +123,7 @@ typedef struct gf_entry_info {
   int64_t static_bytes;   /* its static inputs and outputs */
   int64_t device_bytes;   /* what its capture took on the device, -1 when unknown */
   int64_t reserved_bytes; /* what its capture added to the device memory held, -1 when unknown */
+  double capture_seconds; /* how long its capture took, warm-ups and probe included */
   int pinned;
   int folded;                 /* a replay is one launch */
   size_t mutated_count;       /* inputs it writes back */

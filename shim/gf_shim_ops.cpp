@@ -314,16 +314,24 @@ void destroy_op(int64_t runner_id) {
 // One row per resident entry, most recently used first: its key (hex), input shapes, replays,
 // static bytes, device bytes its capture took (-1: unknown), pinned, folded, written-back inputs,
 // static input bytes it shares with another entry, device bytes its capture added to what the
-// allocator holds (-1: unknown).
+// allocator holds (-1: unknown), seconds its capture took.
 using EntryRows = std::tuple<std::vector<std::string>, std::vector<std::string>,
                              std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
                              std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
-                             std::vector<int64_t>, std::vector<int64_t>>;
+                             std::vector<int64_t>, std::vector<int64_t>, std::vector<double>>;
 
 // The names of entries' columns, in their order: Python reads them through entry_fields.
-const char *const kEntryFields[] = {
-    "key",    "shapes", "replays",      "static_bytes",       "device_bytes",
-    "pinned", "folded", "written_back", "shared_input_bytes", "reserved_bytes"};
+const char *const kEntryFields[] = {"key",
+                                    "shapes",
+                                    "replays",
+                                    "static_bytes",
+                                    "device_bytes",
+                                    "pinned",
+                                    "folded",
+                                    "written_back",
+                                    "shared_input_bytes",
+                                    "reserved_bytes",
+                                    "capture_seconds"};
 static_assert(sizeof kEntryFields / sizeof kEntryFields[0] == std::tuple_size<EntryRows>::value,
               "a name for every column");
 
@@ -350,6 +358,7 @@ void add_entry_row(void *context, const gf_entry_info *info) {
   std::get<7>(rows).push_back(static_cast<int64_t>(info->mutated_count));
   std::get<8>(rows).push_back(info->shared_input_bytes);
   std::get<9>(rows).push_back(info->reserved_bytes);
+  std::get<10>(rows).push_back(info->capture_seconds);
 }
 
 EntryRows entries_op(int64_t runner_id) {
@@ -416,7 +425,7 @@ TORCH_LIBRARY(graphed, m) {
   m.def("forward_phase() -> int", &graphed::forward_phase_op);
   m.def("observer_schema() -> str", &graphed::observer_schema_op);
   m.def("entries(int runner) -> (str[], str[], int[], int[], int[], int[], int[], int[], int[], "
-        "int[])",
+        "int[], float[])",
         &graphed::entries_op);
   m.def("entry_fields() -> str[]", &graphed::entry_fields_op);
 }

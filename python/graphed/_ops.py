@@ -242,8 +242,9 @@ class RunnerReports:
         `shapes` (the inputs' dtypes and shapes), `replays`, `static_bytes`, `device_bytes`
         (device memory in use that the capture took; -1 when unknown), `reserved_bytes` (what it
         added to the memory the allocator reserves; -1 when unknown), `pinned`, `folded` (a replay
-        is one launch), `written_back` (inputs the forward writes in place) and
-        `shared_input_bytes`."""
+        is one launch), `written_back` (inputs the forward writes in place),
+        `shared_input_bytes` and `capture_seconds` (how long its capture took, probe and warm-ups
+        included)."""
         return runner_entries(self.runner_id)
 
     @property

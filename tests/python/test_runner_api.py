@@ -33,6 +33,7 @@ def test_runner_captures_per_key_and_closes(emulated_backend):
         assert (stats["captures"], stats["replays"]) == (1, 2)
         (entry,) = runner.entries()
         assert entry["shapes"] == "f32[4]" and entry["replays"] == 2
+        assert 0 < entry["capture_seconds"] < 60, entry
         assert "doubler" in repr(runner)
     with pytest.raises(ValueError, match="closed"):
         runner.forward("k", [x])
