@@ -10,11 +10,29 @@ first, and 264 MiB for the largest alone (bench/memory_shapes.py, docs/benchmark
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._forward import GraphedForward
 from ._tree import flatten_kwargs
+
+_log = logging.getLogger("graphed")
+# Fewer calls than this warm up without a progress bar.
+_PROGRESS_FROM = 4
+
+
+def _with_progress(calls: list, runner: GraphedForward, progress: bool | None) -> Iterable:
+    """`calls`, through a tqdm bar on stderr where tqdm is installed (diffusers, transformers and
+    huggingface_hub bring it) and `progress` asks for one (None: from _PROGRESS_FROM calls)."""
+    if progress is False or (progress is None and len(calls) < _PROGRESS_FROM):
+        return calls
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return calls
+    return tqdm(calls, desc=f"graphed: warming up '{runner.name}'", unit="shape")
 
 
 def _tensor_bytes(call: Mapping[str, Any]) -> int:
@@ -23,15 +41,19 @@ def _tensor_bytes(call: Mapping[str, Any]) -> int:
     return sum(tensor.numel() * tensor.element_size() for tensor in flatten_kwargs(dict(call))[0])
 
 
-def warm_up(runner: GraphedForward, calls: Iterable[Mapping[str, Any]]) -> int:
+def warm_up(
+    runner: GraphedForward, calls: Iterable[Mapping[str, Any]], progress: bool | None = None
+) -> int:
     """Calls `runner` once with each of `calls` (the keyword arguments of one call each; a
     positional parameter by its name), the one whose tensors hold the most bytes first, so that
     each new key's graph is captured before traffic arrives and the later, smaller captures reuse
     the memory of the larger ones. Calls of equal size keep their order. The outputs are dropped;
     the calls run in the caller's grad mode and on its stream, as served calls will. Returns the
-    number of graphs captured (0 when every key had one already, or when the runner runs eager).
-    A call that is not a mapping, or holds what graphed cannot take (the kwarg path named), is
-    refused before any runs."""
+    number of graphs captured (0 when every key had one already, or when the runner runs eager),
+    and logs it at INFO with the time taken and the graph pool's growth. `progress` shows a tqdm
+    bar (None, the default: from four calls on, where tqdm is installed). A call that is not a
+    mapping, or holds what graphed cannot take (the kwarg path named), is refused before any
+    runs."""
     if not isinstance(runner, GraphedForward):
         raise TypeError(
             f"graphed.warm_up takes a GraphedForward, got {type(runner).__name__} (graph_pipeline "
@@ -51,10 +73,23 @@ def warm_up(runner: GraphedForward, calls: Iterable[Mapping[str, Any]]) -> int:
                 "keyword arguments; pass each call as dict(name=value, ...)"
             )
     largest_first = sorted(ordered, key=_tensor_bytes, reverse=True)
-    captures = runner.stats()["captures"]
-    for call in largest_first:
+    before = runner.stats()
+    started = time.perf_counter()
+    for call in _with_progress(largest_first, runner, progress):
         runner(**call)
-    return runner.stats()["captures"] - captures
+    after = runner.stats()
+    captured = after["captures"] - before["captures"]
+    pool = after["pool_reserved_bytes"]
+    grown = pool - before["pool_reserved_bytes"] if pool >= 0 else None
+    _log.info(
+        "runner '%s': warm_up captured %d graph(s) for %d call(s) in %.2f s; graph pool %s",
+        runner.name,
+        captured,
+        len(largest_first),
+        time.perf_counter() - started,
+        "size unknown" if grown is None else f"{pool / 2**20:.1f} MiB ({grown / 2**20:+.1f})",
+    )
+    return captured
 
 
 __all__ = ["warm_up"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -158,6 +159,20 @@ def test_warm_up_captures_the_largest_call_first_and_replays_after(emulated_back
         torch.testing.assert_close(gf(**call), _Double()(**call), rtol=0, atol=0)
     assert gf.stats()["captures"] == 4 and gf.stats()["replays"] >= 4
     assert graphed.warm_up(gf, calls) == 0  # every key has its graph
+
+
+def test_warm_up_shows_progress_and_logs_what_it_took(emulated_backend, caplog, capsys):
+    pytest.importorskip("tqdm")
+    gf = graphed.GraphedForward(_Double(), device="cpu", backend=emulated_backend, name="shapes")
+    calls = [{"x": torch.ones(n)} for n in range(1, 7)]
+    with caplog.at_level(logging.INFO, logger="graphed"):
+        assert graphed.warm_up(gf, calls) == 6
+    assert "graphed: warming up 'shapes'" in capsys.readouterr().err  # tqdm's bar, on stderr
+    (line,) = [r.message for r in caplog.records if "warm_up captured" in r.message]
+    assert line.startswith("runner 'shapes': warm_up captured 6 graph(s) for 6 call(s) in ")
+    assert line.endswith("graph pool size unknown"), line  # the emulated backend cannot say
+    graphed.warm_up(gf, calls[:2], progress=False)
+    assert "warming up" not in capsys.readouterr().err
 
 
 def test_warm_up_refuses_what_is_not_a_list_of_calls_and_the_runner_stays_usable(
