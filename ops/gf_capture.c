@@ -14,7 +14,7 @@
  *   5. Agreement on the capture, then insertion; any failure releases the entry and disables the
  *      runner, and the call runs eager (gf_runner_capture_and_replay; the release and the disable
  *      are gf_runner_release.c's gf_runner_release_entry and gf_runner_fail).
- *   6. The capture event (time, device memory in use and held, churn once), then a replay
+ *   6. The capture event (time, device memory in use and held), then a replay
  *      gives this call its outputs (gf_runner_report_capture, gf_runner_replay in gf_replay.c).
  * Nothing here calls into gf_runner.c, which calls this file. */
 #include "gf_runner_internal.h"
@@ -23,10 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-enum {
-  GF_CHURN_FACTOR = 4 /* captures past this many times max_entries, with evictions, are churn */
-};
 
 static double gf_seconds_now(void) {
   struct timespec now;
@@ -58,8 +54,7 @@ static int64_t gf_bytes_growth(int64_t before, int64_t after) {
   return before >= 0 && after >= 0 ? after - before : -1;
 }
 
-/* Says what a capture cost, and once, when captures keep evicting (more than a few times
- * max_entries): a key that changes on every call, or a cache too small for the shapes in use. */
+/* Says what a capture cost. */
 static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double started,
                                      gf_device_memory before) {
   gf_event captured = gf_entry_event(GF_EVENT_CAPTURED, entry);
@@ -74,23 +69,6 @@ static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double 
     runner->graph_bytes += entry->device_bytes;
   }
   gf_runner_notify(runner, &captured);
-  if (!runner->churn_said && runner->cache.evictions > 0 &&
-      runner->captures > GF_CHURN_FACTOR * runner->cache.max_entries) {
-    runner->churn_said = 1;
-    char message[256];
-    snprintf(message, sizeof message,
-             "%llu captures and %llu evictions with max_entries=%zu: calls keep making new keys "
-             "(a value or shape that changes per call) or the cache is too small for the shapes "
-             "in use",
-             (unsigned long long)runner->captures, (unsigned long long)runner->cache.evictions,
-             runner->cache.max_entries);
-    gf_event churn = {.kind = GF_EVENT_CHURN,
-                      .message = message,
-                      .device_bytes = -1,
-                      .reserved_bytes = -1,
-                      .count = runner->captures};
-    gf_runner_notify(runner, &churn);
-  }
 }
 
 /* Records one of the graph's copy nodes (see gf_backend.h) with self-copies of the static

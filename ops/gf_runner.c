@@ -127,6 +127,7 @@ gf_status gf_runner_create(const gf_runner_config *config, const gf_host *host,
     status = gf_error_set(err, GF_ERR_NO_MEMORY, "graphed: out of memory creating a runner");
   } else {
     runner->config = *config;
+    runner->churn.limit = config->churn_limit;
     runner->host = *host;
     runner->backend = table; /* the runner's copy, freed with it */
     runner->enabled = 1;
@@ -172,6 +173,7 @@ void gf_runner_destroy(gf_runner *runner) {
 void gf_runner_reset(gf_runner *runner) {
   gf_cache_clear(&runner->cache);
   runner->sync_probe_done = 0;
+  gf_churn_restart(&runner->churn);
 }
 
 void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
@@ -184,6 +186,8 @@ void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
   stats->pool_bytes = runner->pool_bytes;
   stats->graph_bytes = runner->graph_bytes;
   stats->enabled = runner->enabled;
+  stats->churn_eager_calls = runner->churn.eager_calls;
+  stats->churn_guarding = runner->churn.guarding;
   const gf_backend *backend = runner->backend;
   stats->pool_reserved_bytes =
       backend->pool_bytes_reserved != NULL
@@ -206,6 +210,23 @@ const char *gf_runner_disabled_reason(const gf_runner *runner) {
 }
 
 const char *gf_runner_backend_name(const gf_runner *runner) { return runner->backend->name; }
+
+/* Tells the host the churn guard (gf_churn.h) started: a CHURN event saying how many new keys
+ * came in a row. Sent after the call that started it ran eager, so that a host naming what
+ * changed from call to call has seen that call too. */
+static void gf_runner_report_churn(gf_runner *runner) {
+  char message[256];
+  snprintf(message, sizeof message,
+           "%u new keys in a row, none reused: new keys now run eager until they come a second "
+           "time; graphs already captured keep replaying",
+           (unsigned)runner->churn.misses_in_a_row);
+  gf_event churn = {.kind = GF_EVENT_CHURN,
+                    .message = message,
+                    .device_bytes = -1,
+                    .reserved_bytes = -1,
+                    .count = runner->captures};
+  gf_runner_notify(runner, &churn);
+}
 
 gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
                          const gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
@@ -257,9 +278,21 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   }
   gf_entry *entry = gf_cache_lookup(&runner->cache, &runner->scratch_signature);
   if (entry == NULL) {
+    /* The churn guard; a runner that agrees over a process group always captures, as its ranks
+     * must capture at the same calls. */
+    int guard_started = 0;
+    if (runner->host.agree == NULL &&
+        !gf_churn_admit(&runner->churn, runner->scratch_signature.hash, &guard_started)) {
+      status = gf_runner_run_eager(runner, inputs, input_count, options, results, err);
+      if (guard_started) {
+        gf_runner_report_churn(runner);
+      }
+      return status;
+    }
     status = gf_runner_capture_and_replay(runner, inputs, input_count, keep_alive, keep_alive_count,
                                           options, results, err);
   } else {
+    gf_churn_hit(&runner->churn);
     status = gf_runner_replay(runner, entry, inputs, input_count, options, results, err);
   }
   if (status != GF_OK && status != GF_ERR_FORWARD && runner->enabled) {

@@ -35,6 +35,10 @@ typedef struct gf_runner_config {
    * pool_create made on this device (gf_backend.h), read by gf_runner_create only: the backend's
    * runner state takes its own reference to it. */
   void *pool;
+  /* The churn guard (gf_churn.h): new keys in a row, with no hit between, after which a new key
+   * is captured only when it comes a second time; 0 (a zeroed config): never. Not applied to a
+   * runner whose host agrees over a process group: every rank must capture at the same calls. */
+  unsigned churn_limit;
 } gf_runner_config;
 
 typedef struct gf_runner_stats {
@@ -53,6 +57,8 @@ typedef struct gf_runner_stats {
   /* device memory the runner's graph pool holds now (the runners of one pool share it; -1 when the
    * backend cannot say) */
   int64_t pool_reserved_bytes;
+  uint64_t churn_eager_calls; /* calls of new keys the churn guard ran eager (in eager_calls too) */
+  int churn_guarding;         /* the churn guard holds new keys back now */
 } gf_runner_stats;
 
 typedef struct gf_runner gf_runner;

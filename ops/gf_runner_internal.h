@@ -12,6 +12,7 @@
 
 #include "gf_backend.h"
 #include "gf_cache.h"
+#include "gf_churn.h"
 #include "gf_host.h"
 #include "gf_pool.h"
 #include "gf_runner.h"
@@ -44,7 +45,7 @@ struct gf_runner {
   int sync_probe_done;
   int enabled;
   int evicting;   /* entries released now are evictions (told to the host as such) */
-  int churn_said; /* the churn event is sent once */
+  gf_churn churn; /* the churn guard (gf_churn.h) */
   char disabled_reason[GF_REASON_CAPACITY];
   uint64_t captures;
   uint64_t replays;

@@ -43,6 +43,7 @@
 
 #include "gf_baked.h"
 #include "gf_call_state.h"
+#include "gf_churn.h"
 #include "gf_fastcall_torch.h"
 #include "gf_host.h"
 #include "gf_sync_warning.h"
@@ -735,6 +736,7 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
       /* The core's numbers and the probe's warning text Python reads, named once in C
        * (graphed._forward, graphed._phases). */
       PyModule_AddIntConstant(module, "MAX_DIMS", GF_MAX_DIMS) != 0 ||
+      PyModule_AddIntConstant(module, "CHURN_LIMIT", GF_CHURN_DEFAULT) != 0 ||
       PyModule_AddIntConstant(module, "PHASE_EAGER", GF_PHASE_EAGER) != 0 ||
       PyModule_AddIntConstant(module, "PHASE_PROBE", GF_PHASE_PROBE) != 0 ||
       PyModule_AddIntConstant(module, "PHASE_WARMUP", GF_PHASE_WARMUP) != 0 ||

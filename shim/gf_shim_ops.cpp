@@ -91,10 +91,13 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
                   std::optional<c10::string_view> observer_op,
                   std::optional<c10::string_view> group_name,
                   std::optional<c10::string_view> backend_name, std::optional<int64_t> memory_pool,
-                  c10::string_view cpu_inputs) {
+                  c10::string_view cpu_inputs, int64_t churn_limit) {
   TORCH_CHECK_VALUE(cpu_inputs == "refuse" || cpu_inputs == "to_device",
                     "graphed: cpu_inputs must be 'refuse' or 'to_device', got '",
                     std::string(cpu_inputs), "'");
+  TORCH_CHECK_VALUE(churn_limit >= 0 && churn_limit <= INT32_MAX,
+                    "graphed: churn_limit must be between 0 (no guard) and 2147483647, got ",
+                    churn_limit);
   if (max_entries < 1 || warmup_iters < 0 || warmup_iters > INT32_MAX) {
     TORCH_CHECK_VALUE(false, format_message("graphed: max_entries must be at least 1 and "
                                             "warmup_iters between 0 and 2147483647, got %lld and "
@@ -141,6 +144,7 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
   config.warmup_iters = static_cast<int>(warmup_iters);
   config.enabled = enabled ? 1 : 0;
   config.pool = pool != nullptr ? pool_handle_for(*pool, backend) : nullptr;
+  config.churn_limit = static_cast<unsigned>(churn_limit);
   gf_host host = make_torch_host(context);
   RunnerCall *call = &context->call; // the runner owns the context from here on
   gf_runner *runner = nullptr;
@@ -265,7 +269,9 @@ const char *const kStatNames[] = {"graphs",
                                   "enabled",
                                   "graph_bytes",
                                   "shared_input_bytes",
-                                  "pool_reserved_bytes"};
+                                  "pool_reserved_bytes",
+                                  "churn_eager_calls",
+                                  "churn_guarding"};
 
 std::vector<std::string> stat_names_op() {
   return std::vector<std::string>(std::begin(kStatNames), std::end(kStatNames));
@@ -286,8 +292,10 @@ std::tuple<std::vector<int64_t>, std::string, std::string> stats_op(int64_t runn
                                 stats.enabled,
                                 stats.graph_bytes,
                                 stats.shared_input_bytes,
-                                stats.pool_reserved_bytes};
-  static_assert(sizeof kStatNames / sizeof kStatNames[0] == 11, "a name for every counter");
+                                stats.pool_reserved_bytes,
+                                static_cast<int64_t>(stats.churn_eager_calls),
+                                stats.churn_guarding};
+  static_assert(sizeof kStatNames / sizeof kStatNames[0] == 13, "a name for every counter");
   return {counters, gf_runner_backend_name(slot->runner), gf_runner_disabled_reason(slot->runner)};
 }
 
@@ -404,7 +412,7 @@ TORCH_LIBRARY(graphed, m) {
   m.def("create(str name, str forward_op, Device device, int max_entries=16, "
         "int warmup_iters=2, bool enabled=True, str? agree_op=None, str? observer_op=None, "
         "str? group_name=None, str? backend=None, int? memory_pool=None, "
-        "str cpu_inputs='refuse') -> int",
+        "str cpu_inputs='refuse', int churn_limit=0) -> int",
         &graphed::create_op);
   m.def("pool_create(Device device) -> int", &graphed::pool_create_op);
   m.def("pool_release(int pool) -> ()", &graphed::pool_release_op);

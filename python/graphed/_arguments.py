@@ -92,7 +92,7 @@ def check_reserved(module: Any) -> None:
 
 
 def check_options(
-    cpu_inputs: str, max_entries: Any, warmup_iters: Any, capture_context: Any
+    cpu_inputs: str, max_entries: Any, warmup_iters: Any, capture_context: Any, churn_limit: Any
 ) -> None:
     """The constructor's options, refused before anything is made."""
     if cpu_inputs not in CPU_INPUT_CHOICES:
@@ -104,6 +104,8 @@ def check_options(
         raise ValueError(f"max_entries must be an int of at least 1, got {max_entries!r}")
     if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
         raise ValueError(f"warmup_iters must be an int of 0 or more, got {warmup_iters!r}")
+    if isinstance(churn_limit, bool) or not isinstance(churn_limit, int) or churn_limit < 0:
+        raise ValueError(f"churn_limit must be an int of 0 (no guard) or more, got {churn_limit!r}")
     if capture_context is not None and not callable(capture_context):
         raise TypeError("capture_context must be a callable returning a context manager")
 

@@ -25,6 +25,7 @@ import torch
 
 from . import _arguments, _groups, _library, _observe, _ops, _phases, _verify
 from ._baked import Watch
+from ._churn import NewKeys
 from ._device_hooks import hooks_for, resolve_device
 from ._memory import MemoryPool, pool_id_of
 from ._module_methods import ModuleMethods
@@ -48,6 +49,8 @@ _is_compiling = torch.compiler.is_compiling
 _PHASE_CAPTURE = _phases.PHASE_CAPTURE
 _PHASE_EAGER = _phases.PHASE_EAGER
 _SAMPLED_CALL = _fastcall.SampledCall
+# GraphedForward's default churn_limit (ops/gf_churn.h).
+CHURN_LIMIT = _fastcall.CHURN_LIMIT
 
 
 def _is_callers_error(raised: BaseException) -> bool:
@@ -83,6 +86,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         verify_tolerance: tuple[float, float] | None = None,
         verify_every: int | None = None,
         memory_pool: MemoryPool | None = None,
+        churn_limit: int = CHURN_LIMIT,
     ) -> None:
         """Wraps `module` (any callable taking keyword arguments) for `device`.
 
@@ -115,11 +119,21 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         memory_pool (a graphed.MemoryPool of this device) makes this runner's graphs, warm-ups
         and probe allocate from that pool, shared with the other runners made on it, so that
         the components of one pipeline reserve about what the largest needs (graphed._memory);
-        None, the default, gives the runner a pool of its own."""
+        None, the default, gives the runner a pool of its own.
+
+        churn_limit guards against keys that never come back (a float that changes every call, a
+        new shape every call): after that many new keys in a row with no call of an existing
+        graph between them, a new key runs eagerly and is captured only when it comes a second
+        time; graphs already captured keep replaying; 64 calls of existing graphs in a row, or
+        reset(), end the guard. It warns once, naming the kwargs that keep changing, and counts
+        stats()["churn_eager_calls"]. 0 turns it off (every new key captures at once); a runner
+        with a process group is never guarded, as its ranks must capture at the same calls."""
         _library.load_library()
         _arguments.check_callable(module)
         _arguments.check_reserved(module)
-        _arguments.check_options(cpu_inputs, max_entries, warmup_iters, capture_context)
+        _arguments.check_options(
+            cpu_inputs, max_entries, warmup_iters, capture_context, churn_limit
+        )
         verification = _verify.Verification.of(verify, verify_tolerance, verify_every)
         self.module = module
         self.device = resolve_device(torch.device(device))
@@ -130,7 +144,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self._capture_context = capture_context
         self._positional_names, self._positional_limit = _arguments.positional_names(module)
         self._inputs_to_device = cpu_inputs == "to_device" and self.device.type != "cpu"
-        self._start(max_entries, warmup_iters, enabled, backend, verification)
+        self._start(max_entries, warmup_iters, enabled, backend, verification, churn_limit)
 
     def _start(
         self,
@@ -139,6 +153,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         enabled: bool,
         backend: str | None,
         verification: _verify.Verification | None,
+        churn_limit: int,
     ) -> None:
         """The per-runner state, then the runner itself (graphed._ops) and what it starts with:
         its watch, and the Python answer when it starts disabled."""
@@ -147,6 +162,8 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self._call_state = _fastcall.CallState(rebuild_output)
         self._watch = Watch(self._call_state)
         self._runs = _phases.ForwardRuns(self.name)
+        # The kwargs of the latest calls without a graph, for the churn guard's warning.
+        self._new_keys = NewKeys()
         # Per thread, as re-entry is: how deep this runner's forward runs on this thread now (a
         # call from inside it is its own re-entry; another thread's call is a call of its own).
         self._forwards_here = threading.local()
@@ -172,7 +189,9 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             memory_pool=pool_id_of(self.memory_pool),
             # Staged on the device by the runner's torch-side call itself (shim/gf_shim_call.cpp).
             cpu_inputs="to_device" if self._inputs_to_device else "refuse",
+            churn_limit=churn_limit,
         )
+        self._registration.log.describe_churn = self._new_keys.describe
         self._id = self._registration.runner_id
         if self.group is not None:
             _groups.release_before_teardown()
@@ -328,6 +347,8 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             _fastcall.decode(state.key, inputs) if type(tree) is dict else unflatten(tree, inputs)
         )
         phase = state.phase
+        if phase == _PHASE_CAPTURE or phase == _PHASE_EAGER:
+            self._new_keys.record(kwargs)  # a call without a graph: the churn guard names them
         watch, runs, here = self._watch, self._runs, self._forwards_here
         settles_state = watch.baked is not None and phase in (_PHASE_CAPTURE, _PHASE_EAGER)
         if settles_state and phase == _PHASE_CAPTURE:

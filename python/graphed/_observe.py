@@ -5,7 +5,9 @@ turns the events into log records.
 
 - INFO per capture: runner, key summary (dtypes and shapes), seconds, device memory.
 - DEBUG per eviction.
-- WARNING once when captures keep evicting (churn), naming the keys that came and went.
+- WARNING once when the churn guard starts (new keys keep coming and none comes back), naming the
+  kwargs that keep changing (graphed._churn) and the shapes of the latest keys; INFO when it
+  starts again later.
 - WARNING for a disable (once: a runner is disabled once) or a runner warning.
 - WARNING once per process, for the first runner made without graphs (graphs_unavailable).
 
@@ -99,6 +101,10 @@ class RunnerLog:
         # Called at the "disabled" event, before it is logged (the core sends it once, when the
         # runner goes from enabled to disabled; a runner never comes back).
         self.on_disabled: Callable[[], None] | None = None
+        # Names the kwargs that keep changing when the churn guard starts (graphed._churn); the
+        # first start is a WARNING, later ones INFO.
+        self.describe_churn: Callable[[], str] | None = None
+        self.churn_said = False
 
     def event(
         self,
@@ -130,7 +136,19 @@ class RunnerLog:
             _log.debug("%s evicted [%s] (%s)", self.name, shapes, _mib(static_bytes))
         elif kind == "churn":
             keys = "; ".join(f"[{key}]" for key in self.recent)
-            _log.warning("%s churns: %s; recent keys: %s", self.name, message, keys)
+            changing = self.describe_churn() if self.describe_churn is not None else ""
+            level = logging.INFO if self.churn_said else logging.WARNING
+            self.churn_said = True
+            _log.log(
+                level,
+                "%s: %s. What changes from call to call: %s. Recent keys: %s. Pass a value that "
+                "changes every call as a tensor (graphed keys a tensor by its shape, not its "
+                "values), or set churn_limit=0 to capture every new key",
+                self.name,
+                message,
+                changing or "not named (the calls were made before this runner recorded them)",
+                keys,
+            )
         else:  # "disabled" or "warning"
             # One channel, the logger: it is where every other event of a runner goes (and the
             # first runner's "graphs unavailable"), so a program routes, filters or silences

@@ -76,6 +76,7 @@ def create(
     backend: str | None = None,
     memory_pool: int | None = None,
     cpu_inputs: str = "refuse",
+    churn_limit: int = 0,
 ) -> int:
     """torch.ops.graphed.create, each argument by its schema's name; returns the runner id."""
     return torch.ops.graphed.create(
@@ -91,6 +92,7 @@ def create(
         backend=backend,
         memory_pool=memory_pool,
         cpu_inputs=cpu_inputs,
+        churn_limit=churn_limit,
     )
 
 

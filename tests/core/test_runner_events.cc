@@ -72,19 +72,19 @@ TEST_F(RunnerEvents, AFailedCaptureIsToldAsADisable) {
   EXPECT_EQ(host_.warn_count, 0u) << "a host that observes hears of the disable once, as an event";
 }
 
-TEST_F(RunnerEvents, ChurnIsToldOnce) {
-  config_.max_entries = 1;
+TEST_F(RunnerEvents, TheChurnGuardStartingIsTold) {
+  host_.no_group = 1;
+  config_.churn_limit = 2;
   Create();
   for (int64_t rows = 1; rows <= 8; ++rows) {
     Inputs inputs = MakeInputs(1, {rows}, 1.0f);
     CallExpectingCorrect(inputs);
   }
-  EXPECT_EQ(Stats().captures, 8u);
+  EXPECT_EQ(Stats().captures, 2u);
   ASSERT_EQ(host_.events[GF_EVENT_CHURN], 1u);
   const gf_event &churn = host_.last_event[GF_EVENT_CHURN];
-  EXPECT_EQ(churn.count, 5u) << "said at the first capture past 4 x max_entries";
-  EXPECT_TRUE(Contains(churn.message, "5 captures and 4 evictions with max_entries=1"))
-      << churn.message;
+  EXPECT_EQ(churn.count, 2u) << "the captures before the guard";
+  EXPECT_TRUE(Contains(churn.message, "3 new keys in a row, none reused")) << churn.message;
 }
 
 TEST_F(RunnerEvents, CreatingADisabledRunnerTellsNothing) {

@@ -84,9 +84,10 @@ protected:
     static auto create_op =
         op("graphed::create")
             .typed<int64_t(c10::string_view, c10::string_view, c10::Device, int64_t, int64_t, bool,
-                           Name, Name, Name, Name, std::optional<int64_t>, c10::string_view)>();
+                           Name, Name, Name, Name, std::optional<int64_t>, c10::string_view,
+                           int64_t)>();
     return create_op.call("cpp", forward, device, max_entries, 1, true, std::nullopt, std::nullopt,
-                          std::nullopt, backend, std::nullopt, "refuse");
+                          std::nullopt, backend, std::nullopt, "refuse", 0);
   }
 
   static std::vector<at::Tensor> forward(int64_t runner, const std::string &key,

@@ -97,7 +97,10 @@ def test_a_new_shape_inside_a_dataclass_captures_again(emulated_backend):
 
 
 def test_container_structure_and_context_are_in_the_key(emulated_backend):
-    gf = GraphedForward(lambda *, d: {"s": sum(d.values())}, device="cpu", backend=emulated_backend)
+    # churn_limit=0: three new keys in a row, each of which must capture.
+    gf = GraphedForward(
+        lambda *, d: {"s": sum(d.values())}, device="cpu", backend=emulated_backend, churn_limit=0
+    )
     x, y = torch.randn(3), torch.randn(3)
     gf(d=OrderedDict(a=x, b=y))
     gf(d=OrderedDict(b=x, a=y))  # other keys order: another pytree context

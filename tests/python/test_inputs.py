@@ -277,7 +277,11 @@ def test_output_templates_and_held_objects_stay_bounded(emulated_backend):
     """Each entry owns its output template and the held objects of the call that captured it:
     eviction releases them, hits hold nothing, and reset and disable release the rest."""
     gf = GraphedForward(
-        lambda *, x, n: {"y": x + n, "n": n}, device="cpu", backend=emulated_backend, max_entries=2
+        lambda *, x, n: {"y": x + n, "n": n},
+        device="cpu",
+        backend=emulated_backend,
+        max_entries=2,
+        churn_limit=0,  # every key captures, so that eviction releases what each entry held
     )
     refs = []
     for n in range(200):

@@ -40,20 +40,39 @@ def test_a_capture_logs_one_info_line_with_time_and_memory(emulated_backend, cap
     assert "device memory reserved unknown, in use unknown (static buffers 0.0 MiB)" in infos[0]
 
 
-def test_evictions_are_debug_and_churn_warns_once_naming_keys(emulated_backend, caplog):
+def test_evictions_are_debug(emulated_backend, caplog):
     caplog.set_level(logging.DEBUG, logger="graphed")
     gf = GraphedForward(
-        AddOne(), device="cpu", backend=emulated_backend, name="churner", max_entries=1
+        AddOne(), device="cpu", backend=emulated_backend, name="evicting", max_entries=1
     )
     for rows in range(1, 9):
         gf(x=torch.zeros(rows))
     debugs = [m for m in _messages(caplog, logging.DEBUG) if "evicted" in m]
-    assert len(debugs) == 7
-    assert debugs[0].startswith("runner 'churner' evicted [f32[1]]")
-    churn = [m for m in _messages(caplog, logging.WARNING) if "churns" in m]
-    assert len(churn) == 1, churn
-    assert "5 captures and 4 evictions with max_entries=1" in churn[0]
-    assert "recent keys: [f32[1]]; [f32[2]]" in churn[0]
+    assert len(debugs) == 1  # then the churn guard runs the other new keys eager
+    assert debugs[0].startswith("runner 'evicting' evicted [f32[1]]")
+
+
+def test_the_churn_guard_warns_once_naming_what_changes(emulated_backend, caplog):
+    caplog.set_level(logging.INFO, logger="graphed")
+    gf = GraphedForward(
+        lambda *, x, scale: x * scale, device="cpu", backend=emulated_backend, name="churner"
+    )
+    for call in range(12):
+        gf(x=torch.zeros(call + 1), scale=float(call))
+    (warning,) = [m for m in _messages(caplog, logging.WARNING) if "new keys" in m]
+    assert warning.startswith(
+        "runner 'churner': 3 new keys in a row, none reused: new keys now run eager until they "
+        "come a second time; graphs already captured keep replaying."
+    ), warning
+    assert "kwargs['x']: dim 0, 3 sizes; kwargs['scale']: a float, 3 values" in warning, warning
+    assert "Recent keys: [f32[1]]; [f32[2]]" in warning
+    stats = gf.stats()
+    assert (stats["captures"], stats["churn_eager_calls"]) == (2, 10), stats
+    gf.reset()
+    for call in range(4):
+        gf(x=torch.zeros(1), scale=float(call))
+    assert len([m for m in _messages(caplog, logging.WARNING) if "new keys" in m]) == 1
+    assert [m for m in _messages(caplog, logging.INFO) if "new keys in a row" in m]
 
 
 def test_a_disable_is_one_warning_record_and_no_python_warning(emulated_backend, caplog):

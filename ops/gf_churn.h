@@ -1,0 +1,49 @@
+/* The churn guard: when new keys keep arriving without being reused (a Python value or a shape
+ * that changes on every call), capturing each one costs a capture per call and fills the graph
+ * pool for nothing. After `limit` new keys in a row with no hit in between, the guard admits a new
+ * key to capture only when it comes a second time (its hash seen among the last GF_CHURN_SEEN
+ * keys the guard ran eager); the others run eager, and graphs already captured keep replaying.
+ * GF_CHURN_QUIET hits in a row, or a reset, end the guard. A server's fixed set of shapes is
+ * captured as each comes again; a value that never repeats runs eager. */
+#ifndef GF_CHURN_H
+#define GF_CHURN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  GF_CHURN_SEEN = 64,   /* keys the guard remembers having run eager */
+  GF_CHURN_QUIET = 64,  /* hits in a row that end the guard */
+  GF_CHURN_DEFAULT = 2, /* new keys in a row (no hit between) that start it */
+};
+
+typedef struct gf_churn {
+  uint32_t limit;           /* new keys in a row that start the guard; 0: never */
+  uint32_t misses_in_a_row; /* new keys since the last hit */
+  uint32_t hits_in_a_row;   /* hits since the last new key */
+  int guarding;
+  uint64_t seen[GF_CHURN_SEEN]; /* hashes of keys the guard ran eager (0: empty) */
+  size_t seen_next;
+  uint64_t eager_calls; /* calls the guard ran eager instead of capturing */
+  uint64_t trips;       /* times it started guarding */
+} gf_churn;
+
+/* A call whose key has a graph. */
+void gf_churn_hit(gf_churn *churn);
+
+/* A call whose key has no graph, of hash `key_hash`: 1 to capture it, 0 to run it eager (counted).
+ * *started is 1 when this call started the guard. */
+int gf_churn_admit(gf_churn *churn, uint64_t key_hash, int *started);
+
+/* Forgets everything but the limit and the counts (reset(): the keys to come are new traffic). */
+void gf_churn_restart(gf_churn *churn);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GF_CHURN_H */

@@ -1,0 +1,100 @@
+// Tests of the churn guard (ops/gf_churn.h) through a runner: after `churn_limit` new keys in a
+// row, a new key runs eager (with eager's values) until it comes a second time, graphs already
+// captured keep replaying, many hits in a row or a reset end the guard, and a runner that agrees
+// over a process group is never guarded (its ranks must capture at the same calls).
+#include "gf_churn.h"
+#include "gf_runner.h"
+#include "gf_test_fakes.h"
+#include "runner_fixture.h"
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using namespace runner_test;
+
+class Churn : public Runner {
+protected:
+  void CreateGuarded(unsigned limit) {
+    host_.no_group = 1;
+    config_.churn_limit = limit;
+    Create();
+  }
+  void CallRows(int64_t rows) {
+    Inputs inputs = MakeInputs(1, {rows}, static_cast<float>(rows));
+    CallExpectingCorrect(inputs);
+  }
+};
+
+TEST_F(Churn, NewKeysThatNeverComeBackRunEagerAfterTheLimit) {
+  CreateGuarded(2);
+  for (int64_t rows = 1; rows <= 10; ++rows) {
+    CallRows(rows);
+  }
+  const gf_runner_stats stats = Stats();
+  EXPECT_EQ(stats.captures, 2u);
+  EXPECT_EQ(stats.churn_eager_calls, 8u);
+  EXPECT_EQ(stats.eager_calls, 8u);
+  EXPECT_EQ(stats.churn_guarding, 1);
+  EXPECT_EQ(stats.enabled, 1);
+}
+
+TEST_F(Churn, AKeyThatComesASecondTimeIsCapturedAndGraphsKeepReplaying) {
+  CreateGuarded(2);
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t rows = 1; rows <= 6; ++rows) {
+      CallRows(rows); // a server's six shapes, in turn
+    }
+  }
+  const gf_runner_stats stats = Stats();
+  EXPECT_EQ(stats.captures, 6u) << "two at first sight, four at their second";
+  EXPECT_EQ(stats.churn_eager_calls, 4u);
+  EXPECT_EQ(stats.replays, 6u + 2u + 6u) << "each capture's replay, round 2's hits, round 3";
+}
+
+TEST_F(Churn, HitsInARowEndTheGuard) {
+  CreateGuarded(1);
+  CallRows(1);
+  CallRows(2); // the guard starts: eager
+  ASSERT_EQ(Stats().churn_guarding, 1);
+  for (int i = 0; i < GF_CHURN_QUIET; ++i) {
+    CallRows(1);
+  }
+  EXPECT_EQ(Stats().churn_guarding, 0);
+  CallRows(3);
+  EXPECT_EQ(Stats().captures, 2u) << "a new key captures at first sight again";
+}
+
+TEST_F(Churn, AResetEndsTheGuard) {
+  CreateGuarded(1);
+  CallRows(1);
+  CallRows(2);
+  ASSERT_EQ(Stats().churn_guarding, 1);
+  gf_runner_reset(runner_);
+  EXPECT_EQ(Stats().churn_guarding, 0);
+  CallRows(3);
+  EXPECT_EQ(Stats().captures, 2u);
+}
+
+TEST_F(Churn, ALimitOfZeroCapturesEveryNewKey) {
+  host_.no_group = 1;
+  config_.churn_limit = 0;
+  Create();
+  for (int64_t rows = 1; rows <= 5; ++rows) {
+    CallRows(rows);
+  }
+  EXPECT_EQ(Stats().captures, 5u);
+  EXPECT_EQ(Stats().churn_eager_calls, 0u);
+}
+
+TEST_F(Churn, ARunnerThatAgreesOverAGroupIsNeverGuarded) {
+  config_.churn_limit = 1; // host_.no_group stays 0: the host agrees
+  Create();
+  for (int64_t rows = 1; rows <= 5; ++rows) {
+    CallRows(rows);
+  }
+  EXPECT_EQ(Stats().captures, 5u);
+  EXPECT_EQ(Stats().churn_guarding, 0);
+}
+
+} // namespace
