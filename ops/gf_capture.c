@@ -54,6 +54,24 @@ static int64_t gf_bytes_growth(int64_t before, int64_t after) {
   return before >= 0 && after >= 0 ? after - before : -1;
 }
 
+/* Holds back the key `key_hash` that ran out of device memory (gf_backoff.h) and warns of the
+ * first such failure of the runner, with what the device said (`why`). */
+static void gf_runner_hold_back(gf_runner *runner, uint64_t key_hash, const char *why) {
+  const uint64_t calls = gf_runner_calls(runner);
+  const uint64_t held = gf_backoff_hold(&runner->backoff, key_hash, calls, runner->cache.evictions);
+  if (runner->device_memory_said) {
+    return;
+  }
+  runner->device_memory_said = 1;
+  char message[GF_ERROR_MESSAGE_CAPACITY + 320];
+  snprintf(message, sizeof message,
+           "graphed: out of device memory while capturing a new key; the call ran eager, the "
+           "graphs already captured keep replaying, and the key runs eager for its next %llu "
+           "calls of the runner, or until memory is freed (an eviction, reset()). Said once: %s",
+           (unsigned long long)held, why);
+  gf_runner_warn(runner, message);
+}
+
 /* Says what a capture cost. */
 static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double started,
                                      gf_device_memory before) {
@@ -398,6 +416,7 @@ gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *input
   if (entry == NULL) {
     return err->code;
   }
+  const uint64_t key_hash = entry->signature.hash;
   gf_error capture_err = {0};
   gf_status status =
       gf_runner_capture(runner, entry, inputs, count, keep_alive, keep_alive_count, &capture_err);
@@ -411,6 +430,20 @@ gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *input
   } else {
     gf_runner_release_entry(runner, entry);
     gf_entry_destroy(entry);
+  }
+  if (status == GF_ERR_DEVICE_MEMORY && runner->host.agree == NULL) {
+    /* Note [Out of device memory while capturing]
+     * Q: The device ran out of memory during the probe, a warm-up or the capture of a new key (the
+     *    forward's allocations, the static buffers, the graph): what does the caller get?
+     * A: What eager gives: the attempt's entry is released above (its static buffers and graph;
+     *    the backend's capture end gave back what the graph pool had taken), and the call runs
+     *    eager, which raises eager's own error if eager runs out too. The runner stays enabled,
+     *    its graphs keep replaying, and the key is held back (gf_backoff.h) so that the next
+     *    calls do not pay for the same failure; the first such failure is warned of, with torch's
+     *    figures. With a process group it is a capture failure like any other (below), so that
+     *    the ranks stay together. */
+    gf_runner_hold_back(runner, key_hash, capture_err.message);
+    return gf_runner_run_eager(runner, inputs, count, options, results, err);
   }
   if (status == GF_ERR_FORWARD && runner->host.agree == NULL) {
     /* Note [The forward's own error]

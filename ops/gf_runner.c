@@ -174,6 +174,7 @@ void gf_runner_reset(gf_runner *runner) {
   gf_cache_clear(&runner->cache);
   runner->sync_probe_done = 0;
   gf_churn_restart(&runner->churn);
+  gf_backoff_clear(&runner->backoff);
 }
 
 void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
@@ -278,11 +279,19 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   }
   gf_entry *entry = gf_cache_lookup(&runner->cache, &runner->scratch_signature);
   if (entry == NULL) {
-    /* The churn guard; a runner that agrees over a process group always captures, as its ranks
-     * must capture at the same calls. */
+    /* The keys held back after running out of device memory, then the churn guard; a runner
+     * that agrees over a process group always captures, as its ranks must capture at the same
+     * calls. */
     int guard_started = 0;
+    const uint64_t key_hash = runner->scratch_signature.hash;
     if (runner->host.agree == NULL &&
-        !gf_churn_admit(&runner->churn, runner->scratch_signature.hash, &guard_started)) {
+        gf_backoff_holds(&runner->backoff, key_hash, gf_runner_calls(runner),
+                         runner->cache.evictions)) {
+      /* Out of device memory at its latest capture (Note [Out of device memory while
+       * capturing], gf_capture.c). */
+      return gf_runner_run_eager(runner, inputs, input_count, options, results, err);
+    }
+    if (runner->host.agree == NULL && !gf_churn_admit(&runner->churn, key_hash, &guard_started)) {
       status = gf_runner_run_eager(runner, inputs, input_count, options, results, err);
       if (guard_started) {
         gf_runner_report_churn(runner);

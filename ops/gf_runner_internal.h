@@ -11,6 +11,7 @@
 #define GF_RUNNER_INTERNAL_H
 
 #include "gf_backend.h"
+#include "gf_backoff.h"
 #include "gf_cache.h"
 #include "gf_churn.h"
 #include "gf_host.h"
@@ -44,8 +45,10 @@ struct gf_runner {
   size_t scratch_copies_capacity;
   int sync_probe_done;
   int enabled;
-  int evicting;   /* entries released now are evictions (told to the host as such) */
-  gf_churn churn; /* the churn guard (gf_churn.h) */
+  int evicting;           /* entries released now are evictions (told to the host as such) */
+  gf_churn churn;         /* the churn guard (gf_churn.h) */
+  gf_backoff backoff;     /* keys held back after running out of device memory (gf_backoff.h) */
+  int device_memory_said; /* the first such failure is warned of; later ones are not */
   char disabled_reason[GF_REASON_CAPACITY];
   uint64_t captures;
   uint64_t replays;
@@ -53,6 +56,11 @@ struct gf_runner {
   int64_t pool_bytes;
   int64_t graph_bytes;
 };
+
+/* The runner's calls so far (captured, replayed or eager): the clock of gf_backoff.h. */
+static inline uint64_t gf_runner_calls(const gf_runner *runner) {
+  return runner->captures + runner->replays + runner->eager_calls;
+}
 
 /* The pools' release callback: hands a handle back to the host. */
 static inline void gf_runner_release_handle(void *context, void *handle) {

@@ -44,6 +44,8 @@ const char *gf_status_name(gf_status code) {
     return "not found";
   case GF_ERR_FORWARD:
     return "the forward raised";
+  case GF_ERR_DEVICE_MEMORY:
+    return "out of device memory";
   }
   return "unknown status";
 }

@@ -18,7 +18,8 @@ typedef enum gf_status {
   GF_ERR_CAPTURE,          /* the capture protocol failed; the runner is now disabled */
   GF_ERR_DISABLED,         /* the runner is disabled; the call must run eager */
   GF_ERR_NOT_FOUND,        /* no such runner or entry */
-  GF_ERR_FORWARD           /* the forward raised an error of its own; the caller re-raises it */
+  GF_ERR_FORWARD,          /* the forward raised an error of its own; the caller re-raises it */
+  GF_ERR_DEVICE_MEMORY     /* the device ran out of memory while warming up or capturing */
 } gf_status;
 
 enum { GF_ERROR_MESSAGE_CAPACITY = 512 };

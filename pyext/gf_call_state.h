@@ -29,7 +29,7 @@ extern "C" {
  * the call (record_template; NULL before it ran): a plain result's is a 1-tuple (the result with
  * PLACEHOLDER in each tensor slot), rebuilt in C; any other is rebuilt by calling `rebuild`.
  *   runner_call  the runner's RunnerCall while a call is in flight (NULL outside one): what
- *              CallState.phase and record_error(own=True) read and write.
+ *              CallState.phase and record_error read and write.
  *   served     written by CallInFlight::settle: how many calls the serving entry has served, that
  *              one included (0 when it ran eager); both entries read it after the call to decide
  *              whether it is one verify mode compares with eager (graphed._verify).
@@ -46,7 +46,7 @@ extern "C" {
  * RunnerCall (shim/gf_shim_host.h), one per runner:
  *   phase                 written by host_run_forward around each forward it runs (eager, probe,
  *                         warm-up, capture); read by CallState.phase and graphed::forward_phase.
- *   forward_error_marked  written by record_error(own=True); read and cleared by host_run_forward,
+ *   forward_error         written by record_error(kind 1 or 2); read and cleared by host_run_forward,
  *                         which then reports GF_ERR_FORWARD for the core to judge (gf_capture.c).
  *   served_request        written by the dispatched entry around its graphed::forward call; taken
  *                         by call_runner (shim/gf_shim_call.cpp) under the lock.

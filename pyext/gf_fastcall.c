@@ -157,26 +157,31 @@ static PyMemberDef gf_call_state_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-/* record_error(exception, own): the forward's exception, handed to the caller of the call in
- * flight (outside a call it is not kept). `own` (true for an error of the forward's own rather than
- * a failure of the capture) also marks the runner's call (RunnerCall), so that the host reports
- * GF_ERR_FORWARD and the core decides whose error it is (Note [The forward's own error],
+/* record_error(exception, kind): the forward's exception, handed to the caller of the call in
+ * flight (outside a call it is not kept). `kind` says what it was: 0 a failure of the capture, 1 an
+ * error of the forward's own, 2 the device out of memory while the runner warmed up or captured;
+ * 1 and 2 also mark the runner's call (RunnerCall), so that the host reports GF_ERR_FORWARD or
+ * GF_ERR_DEVICE_MEMORY and the core decides what it means (Note [The forward's own error],
  * ops/gf_capture.c). */
 static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *const *args,
                                             Py_ssize_t nargs) {
   if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "CallState.record_error(exception, own)");
+    PyErr_SetString(PyExc_TypeError, "CallState.record_error(exception, kind)");
     return NULL;
   }
-  int own = PyObject_IsTrue(args[1]);
-  if (own < 0) {
+  const long kind = PyLong_AsLong(args[1]);
+  if (kind == -1 && PyErr_Occurred()) {
+    return NULL;
+  }
+  if (kind < 0 || kind > 2) {
+    PyErr_Format(PyExc_ValueError, "CallState.record_error: kind must be 0, 1 or 2, got %ld", kind);
     return NULL;
   }
   if (state->tree != Py_None && state->error != NULL) {
     Py_SETREF(state->error, Py_NewRef(args[0]));
   }
-  if (own) {
-    gf_fastcall_torch_mark_forward_error(state->runner_call);
+  if (kind != 0) {
+    gf_fastcall_torch_mark_forward_error(state->runner_call, (int)kind);
   }
   Py_RETURN_NONE;
 }
@@ -268,8 +273,9 @@ static PyMethodDef gf_call_state_methods[] = {
     {"watch_fired", (PyCFunction)gf_call_state_watch_fired, METH_NOARGS,
      "watch_fired() -> bool: whether the next call would return CHANGED"},
     {"record_error", (PyCFunction)(void (*)(void))gf_call_state_record_error, METH_FASTCALL,
-     "record_error(exception, own): the forward's exception, re-raised to the caller of the "
-     "call; own: it is the forward's own error (marks the runner's call)"},
+     "record_error(exception, kind): the forward's exception, re-raised to the caller of the "
+     "call; kind 1 (its own error) or 2 (out of device memory while capturing) marks the "
+     "runner's call"},
     {"record_template", (PyCFunction)gf_call_state_record_template, METH_O,
      "record_template(template): the output template of the forward's latest run in the call"},
     {NULL, NULL, 0, NULL},

@@ -58,9 +58,10 @@ extern "C" int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const c
   }
 }
 
-extern "C" void gf_fastcall_torch_mark_forward_error(void *runner_call) {
+extern "C" void gf_fastcall_torch_mark_forward_error(void *runner_call, int kind) {
   if (runner_call != nullptr) {
-    graphed::mark_forward_error(*static_cast<graphed::RunnerCall *>(runner_call));
+    graphed::mark_forward_error(*static_cast<graphed::RunnerCall *>(runner_call),
+                                static_cast<graphed::ForwardError>(kind));
   }
 }
 

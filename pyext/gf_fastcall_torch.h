@@ -1,8 +1,9 @@
 /* Private to pyext/ (tests/python/test_layering.py keeps it so): the extension's two halves talk
- * through it. What the CPython entry point (pyext/) needs from libtorch, as plain C: recognise tensor and
- * torch leaf objects, describe a tensor without copying, and run one runner call (directly, or
- * through the dispatcher for the Python path) with the call state set, getting the outputs back
- * as new Python tensor objects. Definitions catch every C++ exception and return a status. */
+ * through it. What the CPython entry point (pyext/) needs from libtorch, as plain C: recognise
+ * tensor and torch leaf objects, describe a tensor without copying, and run one runner call
+ * (directly, or through the dispatcher for the Python path) with the call state set, getting the
+ * outputs back as new Python tensor objects. Definitions catch every C++ exception and return a
+ * status. */
 #ifndef GF_FASTCALL_TORCH_H
 #define GF_FASTCALL_TORCH_H
 
@@ -90,10 +91,11 @@ gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_call_in_flight
  * released; the core releases each entry's output template with the entry. */
 gf_status gf_fastcall_torch_reset(int64_t runner_id, gf_error *err);
 
-/* Marks that the forward of the call in flight raised an error of its own (runner_call: the
- * CallState's, see gf_call_state.h; NULL outside a call, then nothing is marked); the host then
- * reports GF_ERR_FORWARD, which the core judges (see gf_shim_host.h). */
-void gf_fastcall_torch_mark_forward_error(void *runner_call);
+/* Marks what the exception the forward of the call in flight raised was (runner_call: the
+ * CallState's, see gf_call_state.h; NULL outside a call, then nothing is marked): kind 1 its own
+ * error, which the host reports as GF_ERR_FORWARD; 2 the device out of memory while warming up or
+ * capturing, GF_ERR_DEVICE_MEMORY; the core judges either (see gf_shim_host.h). */
+void gf_fastcall_torch_mark_forward_error(void *runner_call, int kind);
 
 /* The phase of the forward the runner of runner_call (a CallState's) is running: GF_PHASE_EAGER
  * outside one or when runner_call is NULL. */

@@ -106,7 +106,7 @@ std::vector<int64_t> versions_of(const std::vector<at::Tensor> &tensors) {
 gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tensor *inputs,
                            size_t count, gf_pool *outputs, unsigned char *mutated, gf_error *err) {
   HostContext *host = host_context(context);
-  host->call.forward_error_marked = false;
+  host->call.forward_error = ForwardError::none;
   try {
     ForwardScope in_phase(host->call, phase);
     // graphed replays inference forwards: nothing it captures records autograd history.
@@ -141,14 +141,18 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
   } catch (...) {
     // The fact only: whose error it is (the caller's, or a capture failure with a group) is the
     // core's to decide (Note [The forward's own error], ops/gf_capture.c).
-    const bool own_error = host->call.forward_error_marked;
-    host->call.forward_error_marked = false;
-    if (own_error) {
+    const ForwardError error = std::exchange(host->call.forward_error, ForwardError::none);
+    if (error == ForwardError::own) {
       return gf_error_set(err, GF_ERR_FORWARD, "graphed: the forward of '%s' raised",
                           host->name.c_str());
     }
     std::string what = "graphed: the forward of '" + host->name + "' failed";
-    return status_of_current_exception(err, what.c_str());
+    const gf_status status = status_of_current_exception(err, what.c_str());
+    if (error == ForwardError::device_memory) {
+      err->code = GF_ERR_DEVICE_MEMORY; // torch's message, with its figures, stays
+      return GF_ERR_DEVICE_MEMORY;
+    }
+    return status;
   }
 }
 
@@ -247,7 +251,7 @@ const char *const kObserverSchema =
     "(str kind, str message, float seconds, int device_bytes, int reserved_bytes, "
     "int static_bytes, int count, str shapes) -> ()";
 
-void mark_forward_error(RunnerCall &call) { call.forward_error_marked = true; }
+void mark_forward_error(RunnerCall &call, ForwardError error) { call.forward_error = error; }
 
 void set_entry_user_release(EntryUserRelease release) {
   installed_user_release.store(release, std::memory_order_release);

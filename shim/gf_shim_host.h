@@ -27,12 +27,18 @@ namespace graphed {
 // threads, which take a capture across threads in ATen's CUDAGraph, never run one), and a nested
 // forward of the same runner (the forward calling it through the operator) saves and puts back
 // what it changes.
+// What the forward's exception was, as the Python layer judged it (graphed._forward): its own error
+// (the caller's to get: GF_ERR_FORWARD), or the device running out of memory while the runner
+// warmed up or captured (GF_ERR_DEVICE_MEMORY); none: a failure of the capture itself.
+enum class ForwardError { none = 0, own = 1, device_memory = 2 };
+
 struct RunnerCall {
   // Why the forward now running was called (GF_PHASE_EAGER outside one): written by
   // host_run_forward around each forward; read by CallState.phase and graphed::forward_phase.
   gf_forward_phase phase = GF_PHASE_EAGER;
-  // Set by mark_forward_error while the forward unwinds; read and cleared by host_run_forward.
-  bool forward_error_marked = false;
+  // Set by mark_forward_error while the forward unwinds (what the error was: see ForwardError);
+  // read and cleared by host_run_forward.
+  ForwardError forward_error = ForwardError::none;
   // Where the CPython entry's dispatched path wants to learn which entry serves its call (it goes
   // through graphed::forward, whose schema cannot carry that): set by that path around its
   // operator call, taken by the runner's next call_runner (so the forward's own calls never see
@@ -77,10 +83,11 @@ gf_host make_torch_host(HostContext *context);
 
 // Marks that the forward `call`'s runner is running raised an error of its own (a Python
 // forward's ValueError, KeyboardInterrupt, ...), not a failure of the capture: host_run_forward
-// then returns GF_ERR_FORWARD. The core alone decides what that means: without agreement the
-// caller gets the error and the runner stays enabled; with a process group it is a capture
+// then returns GF_ERR_FORWARD (or GF_ERR_DEVICE_MEMORY, for ForwardError::device_memory). The core
+// alone decides what that means: without agreement the caller gets its own error and the runner
+// stays enabled, and out of memory the call runs eager; with a process group either is a capture
 // failure, so that the ranks disable together. Under the runner's lock (the forward runs there).
-void mark_forward_error(RunnerCall &call);
+void mark_forward_error(RunnerCall &call, ForwardError error);
 
 // Releases what a CPython entry point keeps in a cache entry (gf_entry.user: its output template):
 // the shim has no Python, so the extension installs the function when it loads, as it installs

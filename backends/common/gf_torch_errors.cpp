@@ -27,6 +27,8 @@ gf_status status_of_current_exception(gf_error *err, const char *what_failed) {
     return record(err, GF_ERR_INVALID_ARGUMENT, what_failed, e.what_without_backtrace());
   } catch (const c10::TypeError &e) {
     return record(err, GF_ERR_TYPE, what_failed, e.what_without_backtrace());
+  } catch (const c10::OutOfMemoryError &e) {
+    return record(err, GF_ERR_DEVICE_MEMORY, what_failed, e.what_without_backtrace());
   } catch (const c10::Error &e) {
     return record(err, GF_ERR_BACKEND, what_failed, e.what_without_backtrace());
   } catch (const std::exception &e) {

@@ -53,11 +53,18 @@ _SAMPLED_CALL = _fastcall.SampledCall
 CHURN_LIMIT = _fastcall.CHURN_LIMIT
 
 
-def _is_callers_error(raised: BaseException) -> bool:
-    """An exception of the forward's own (a ValueError, a KeyboardInterrupt) or an out-of-memory,
-    as opposed to a RuntimeError a capture raises for what it forbids: the caller gets it as
-    eager would raise it, once, and the runner stays enabled (a smaller key may still capture)."""
-    return not isinstance(raised, RuntimeError) or isinstance(raised, torch.OutOfMemoryError)
+# What an exception of the forward was, for CallState.record_error: a failure of the capture (a
+# RuntimeError a capture raises for what it forbids), an error of the forward's own (a ValueError,
+# a KeyboardInterrupt: the caller gets it as eager would raise it, once, and the runner stays
+# enabled), or the device out of memory while the runner warmed up or captured (the call runs
+# eager instead, and that key is held back: ops/gf_backoff.h).
+_CAPTURE_FAILURE, _OWN_ERROR, _OUT_OF_DEVICE_MEMORY = 0, 1, 2
+
+
+def _error_kind(raised: BaseException, phase: int) -> int:
+    if isinstance(raised, torch.OutOfMemoryError):
+        return _OWN_ERROR if phase == _PHASE_EAGER else _OUT_OF_DEVICE_MEMORY
+    return _CAPTURE_FAILURE if isinstance(raised, RuntimeError) else _OWN_ERROR
 
 
 class GraphedForward(ModuleMethods, _ops.RunnerReports):
@@ -372,7 +379,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             # a group the caller gets it and the forward is not run again; with one it is a
             # capture failure, and the eager run after it runs this forward again, so that its
             # collectives pair with the peers').
-            state.record_error(raised, _is_callers_error(raised))
+            state.record_error(raised, _error_kind(raised, phase))
             _log.debug("the forward of %s raised", self.name, exc_info=True)
             raise
         finally:

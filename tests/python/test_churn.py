@@ -1,13 +1,21 @@
-"""Traffic whose keys never come back: the churn guard (ops/gf_churn.h) on the CPU with the
-emulated backend. A Python float that changes every call, or a new length every call, is run eager
-after two captures (with eager's values); a server's fixed shapes are all captured as each comes
-again; a denoising loop's one key and a decode loop's two capture as before; reset() and
-churn_limit=0 give today's capture-every-key behaviour."""
+"""Traffic that varies and memory that runs short, on the CPU with the emulated backend.
+
+The churn guard (ops/gf_churn.h): a Python float that changes every call, or a new length every
+call, is run eager after two captures (with eager's values); a server's fixed shapes are all
+captured as each comes again; a denoising loop's one key and a decode loop's two capture as
+before; reset() and churn_limit=0 give today's capture-every-key behaviour.
+
+Out of device memory while warming up or capturing (ops/gf_backoff.h): the call gets eager's
+result, the runner stays enabled with its graphs, one warning gives torch's figures, and the key
+is held back until the back-off ends or memory is freed."""
 
 from __future__ import annotations
 
+import logging
+import types
+
 import torch
-from graphed import GraphedForward
+from graphed import GraphedForward, _phases
 
 
 class Scaled(torch.nn.Module):
@@ -91,3 +99,75 @@ def test_reset_or_a_limit_of_zero_captures_new_keys_at_once(emulated_backend):
     for call in range(5):
         every(x, scale=float(call))
     assert (every.stats()["captures"], every.stats()["churn_eager_calls"]) == (5, 0)
+
+
+# -- out of device memory while warming up or capturing -------------------------------------------
+
+
+class RunsOutWhileCapturing(torch.nn.Module):
+    """Raises torch's out-of-memory error in the runs graphed makes before a capture (the probe,
+    the warm-ups, the capture) while `state.short` is set, as a device whose memory fits the
+    forward but not a capture beside it does; its eager runs succeed. The switch and the count
+    live in an object the watch of module state does not look into (a change of a module
+    attribute would drop the graphs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = types.SimpleNamespace(short=True, runs=0)
+
+    def forward(self, x):
+        self.state.runs += 1
+        if self.state.short and torch.ops.graphed.forward_phase() != _phases.PHASE_EAGER:
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                "8.00 GiB of which 1.50 GiB is free."
+            )
+        return x * 2
+
+
+def test_running_out_of_memory_while_capturing_gives_eagers_result_and_holds_the_key_back(
+    emulated_backend, caplog
+):
+    module = RunsOutWhileCapturing()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, name="short")
+    fits = torch.ones(2)
+    module.state.short = False
+    gf(fits)  # a graph captured before memory ran short keeps replaying
+    module.state.short = True
+    x = torch.arange(3.0)
+    with caplog.at_level(logging.WARNING, logger="graphed"):
+        torch.testing.assert_close(gf(x), x * 2, rtol=0, atol=0)
+    stats = gf.stats()
+    assert stats["enabled"] and (stats["captures"], stats["eager_calls"]) == (1, 1), stats
+    (warning,) = [
+        r.getMessage() for r in caplog.records if "out of device memory" in r.getMessage()
+    ]
+    assert "the call ran eager" in warning and "runs eager for its next 64 calls" in warning
+    assert "Tried to allocate 2.00 GiB" in warning and "1.50 GiB is free" in warning, warning
+    runs = module.state.runs
+    for _ in range(5):  # held back: one eager run a call, no capture attempt
+        torch.testing.assert_close(gf(x), x * 2, rtol=0, atol=0)
+    assert module.state.runs == runs + 5
+    gf(fits)
+    assert gf.stats()["captures"] == 1 and gf.stats()["replays"] >= 2
+    module.state.short = False
+    gf.reset()  # memory freed: the key may capture again
+    gf(x)
+    assert gf.stats()["captures"] == 2, gf.stats()
+
+
+def test_eager_running_out_too_raises_eagers_error(emulated_backend):
+    module = RunsOutWhileCapturing()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend)
+
+    def always_short(x):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB.")
+
+    module.forward = always_short
+    try:
+        gf(torch.ones(2))
+    except torch.OutOfMemoryError as raised:
+        assert "Tried to allocate 4.00 GiB" in str(raised)
+    else:
+        raise AssertionError("eager's out-of-memory error was not raised")
+    assert gf.stats()["enabled"]
