@@ -46,8 +46,9 @@ extern "C" {
  * RunnerCall (shim/gf_shim_host.h), one per runner:
  *   phase                 written by host_run_forward around each forward it runs (eager, probe,
  *                         warm-up, capture); read by CallState.phase and graphed::forward_phase.
- *   forward_error         written by record_error(kind 1 or 2); read and cleared by host_run_forward,
- *                         which then reports GF_ERR_FORWARD for the core to judge (gf_capture.c).
+ *   forward_error         written by record_error (kind 1 or 2); read and cleared by
+ *                         host_run_forward, which then reports GF_ERR_FORWARD or
+ *                         GF_ERR_DEVICE_MEMORY for the core to judge (gf_capture.c).
  *   served_request        written by the dispatched entry around its graphed::forward call; taken
  *                         by call_runner (shim/gf_shim_call.cpp) under the lock.
  *   forward_thread/order  written by host_run_forward; read by forward_phase() without a runner.
