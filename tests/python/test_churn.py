@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import types
 
+import pytest
 import torch
 from graphed import GraphedForward, _phases
 
@@ -171,3 +172,41 @@ def test_eager_running_out_too_raises_eagers_error(emulated_backend):
     else:
         raise AssertionError("eager's out-of-memory error was not raised")
     assert gf.stats()["enabled"]
+
+
+class AllocatesTooMuchWhileCapturing(torch.nn.Module):
+    """On a CUDA device: asks the caching allocator for more than the device has while graphed
+    captures (torch's own OutOfMemoryError, raised inside a stream capture), while its other runs
+    compute as usual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        if torch.ops.graphed.forward_phase() == _phases.PHASE_CAPTURE:
+            total = torch.cuda.get_device_properties(x.device).total_memory
+            torch.empty(2 * total, dtype=torch.uint8, device=x.device)
+        return torch.relu(self.linear(x))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_running_out_of_memory_while_capturing_on_the_device_gives_eagers_result():
+    module = AllocatesTooMuchWhileCapturing().cuda()
+    gf = GraphedForward(module, device="cuda", name="short-on-device")
+    x = torch.randn(8, 64, device="cuda")
+    with torch.no_grad():
+        want = module(x)
+    reserved = []
+    for _ in range(4):
+        gf.reset()  # memory freed: each call tries to capture again
+        torch.testing.assert_close(gf(x), want, rtol=0, atol=0)
+        torch.cuda.synchronize()
+        reserved.append(torch.cuda.memory_reserved())
+    stats = gf.stats()
+    assert stats["enabled"] and stats["captures"] == 0 and stats["eager_calls"] == 4, stats
+    assert reserved[-1] == reserved[1], reserved  # each failed attempt gave back what it took
+    torch.testing.assert_close(gf(x), want, rtol=0, atol=0)  # held back: eager, no attempt
+    assert gf.stats()["eager_calls"] == 5
