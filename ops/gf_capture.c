@@ -72,6 +72,36 @@ static void gf_runner_hold_back(gf_runner *runner, uint64_t key_hash, const char
   gf_runner_warn(runner, message);
 }
 
+enum {
+  /* captures past this many times max_entries, with evictions, are told as churn where the churn
+   * guard does not hold new keys back (churn_limit 0, or a runner with a process group) */
+  GF_THRASH_FACTOR = 4
+};
+
+/* Tells the host, once, that captures keep evicting where the churn guard (gf_churn.h) is off:
+ * keys that change on every call, or a cache too small for the shapes in use. */
+static void gf_runner_report_thrash(gf_runner *runner) {
+  const int guarded = runner->churn.limit > 0 && runner->host.agree == NULL;
+  if (guarded || runner->thrash_said || runner->cache.evictions == 0 ||
+      runner->captures <= GF_THRASH_FACTOR * runner->cache.max_entries) {
+    return;
+  }
+  runner->thrash_said = 1;
+  char message[256];
+  snprintf(message, sizeof message,
+           "%llu captures and %llu evictions with max_entries=%zu: calls keep making new keys "
+           "(a value or shape that changes per call) or the cache is too small for the shapes in "
+           "use",
+           (unsigned long long)runner->captures, (unsigned long long)runner->cache.evictions,
+           runner->cache.max_entries);
+  gf_event churn = {.kind = GF_EVENT_CHURN,
+                    .message = message,
+                    .device_bytes = -1,
+                    .reserved_bytes = -1,
+                    .count = runner->captures};
+  gf_runner_notify(runner, &churn);
+}
+
 /* Says what a capture cost. */
 static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double started,
                                      gf_device_memory before) {
@@ -87,6 +117,7 @@ static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double 
     runner->graph_bytes += entry->device_bytes;
   }
   gf_runner_notify(runner, &captured);
+  gf_runner_report_thrash(runner);
 }
 
 /* Records one of the graph's copy nodes (see gf_backend.h) with self-copies of the static

@@ -29,7 +29,8 @@ typedef enum gf_event_kind {
   GF_EVENT_CAPTURED = 0, /* a key was captured: seconds, device_bytes, static_bytes, tensors */
   GF_EVENT_EVICTED = 1,  /* an entry was evicted to make room: static_bytes, tensors */
   GF_EVENT_DISABLED = 2, /* the runner is disabled for good: message */
-  GF_EVENT_CHURN = 3,    /* the churn guard started (gf_churn.h): count captures so far, message */
+  GF_EVENT_CHURN = 3,    /* the churn guard started (gf_churn.h), or, unguarded, captures keep
+                          * evicting (said once): count captures so far, message */
 } gf_event_kind;
 
 typedef struct gf_event {

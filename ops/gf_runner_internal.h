@@ -49,6 +49,7 @@ struct gf_runner {
   gf_churn churn;         /* the churn guard (gf_churn.h) */
   gf_backoff backoff;     /* keys held back after running out of device memory (gf_backoff.h) */
   int device_memory_said; /* the first such failure is warned of; later ones are not */
+  int thrash_said;        /* captures that keep evicting, unguarded, are told once */
   char disabled_reason[GF_REASON_CAPACITY];
   uint64_t captures;
   uint64_t replays;

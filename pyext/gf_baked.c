@@ -177,8 +177,21 @@ gf_baked *gf_baked_arm(PyObject *dicts, PyObject *tensors, PyObject *sequences) 
   return baked;
 }
 
-/* 1 when a list's or set's items differ from its snapshot's. A set's membership test may run an
- * item's __eq__; an error there counts as a change (the Python layer then compares records). */
+/* Whether `item` is one of the snapshot's items, by identity. */
+static int gf_snapshot_holds(PyObject *snapshot, PyObject *item) {
+  const Py_ssize_t length = PyTuple_GET_SIZE(snapshot);
+  for (Py_ssize_t i = 0; i < length; ++i) {
+    if (PyTuple_GET_ITEM(snapshot, i) == item) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* 1 when a list's or set's items differ from its snapshot's, by identity (an equal item that is
+ * another object counts as a change: the Python layer then compares records by value). No Python
+ * code runs here (a set is walked by its C iterator, never hashed or compared), so nothing can
+ * release the watch while it is read; an iterator that cannot be made counts as a change. */
 static int gf_sequence_changed(const gf_watched_sequence *watched) {
   const Py_ssize_t length = watched->length;
   if (watched->is_list) {
@@ -195,13 +208,23 @@ static int gf_sequence_changed(const gf_watched_sequence *watched) {
   if (PySet_GET_SIZE(watched->sequence) != length) {
     return 1;
   }
-  for (Py_ssize_t i = 0; i < length; ++i) {
-    if (PySet_Contains(watched->sequence, PyTuple_GET_ITEM(watched->snapshot, i)) != 1) {
-      PyErr_Clear();
-      return 1;
-    }
+  PyObject *items = PyObject_GetIter(watched->sequence);
+  if (items == NULL) {
+    PyErr_Clear();
+    return 1;
   }
-  return 0;
+  int changed = 0;
+  PyObject *item = NULL;
+  while (!changed && (item = PyIter_Next(items)) != NULL) {
+    changed = !gf_snapshot_holds(watched->snapshot, item);
+    Py_DECREF(item);
+  }
+  Py_DECREF(items);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return 1;
+  }
+  return changed;
 }
 
 int gf_baked_changed(const gf_baked *baked) {

@@ -177,7 +177,10 @@ static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *cons
     PyErr_Format(PyExc_ValueError, "CallState.record_error: kind must be 0, 1 or 2, got %ld", kind);
     return NULL;
   }
-  if (state->tree != Py_None && state->error != NULL) {
+  /* Out of device memory while capturing is not handed to the caller (the call runs eager,
+   * which raises its own if it runs out too), and not kept: its traceback holds the failed
+   * attempt's frames and their tensors, which the eager run needs the memory of. */
+  if (kind != 2 && state->tree != Py_None && state->error != NULL) {
     Py_SETREF(state->error, Py_NewRef(args[0]));
   }
   if (kind != 0) {
@@ -361,8 +364,8 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, gf_call_i
  * capturing call included) within the first verify_first of that graph, or one in verify_every
  * after them; returned as SampledCall(result, served), and every other call as its result, so
  * that a call not sampled costs the caller one type test. Steals `rebuilt`. */
-static PyObject *gf_sampled_if_due(const gf_call_state *state, PyObject *rebuilt) {
-  const unsigned long long served = state->served;
+static PyObject *gf_sampled_if_due(const gf_call_state *state, unsigned long long served,
+                                   PyObject *rebuilt) {
   const unsigned long long first = state->verify_first;
   if (served == 0 || (served > first &&
                       (state->verify_every == 0 || (served - first) % state->verify_every != 0))) {
@@ -394,7 +397,7 @@ static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_i
   } else {
     rebuilt = gf_outputs_of_call(call->state, call->output_template, outputs);
     if (rebuilt != NULL) {
-      rebuilt = gf_sampled_if_due(call->state, rebuilt);
+      rebuilt = gf_sampled_if_due(call->state, call->served, rebuilt);
     }
   }
   Py_XDECREF(outputs);
@@ -448,7 +451,7 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_s
     gf_walk_release(walk);
     return NULL;
   }
-  gf_call_in_flight call = {state, kwargs, key, held, NULL, NULL};
+  gf_call_in_flight call = {state, kwargs, key, held, NULL, NULL, 0};
   PyObject *outputs = NULL;
   gf_error err = {0};
   gf_status status =
@@ -539,7 +542,7 @@ static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t 
   }
   gf_call_frame frame = {state, gf_frames_here};
   gf_frames_here = &frame;
-  gf_call_in_flight call = {state, args[4], key, args[8], NULL, NULL};
+  gf_call_in_flight call = {state, args[4], key, args[8], NULL, NULL, 0};
   PyObject *outputs = NULL;
   gf_error err = {0};
   gf_status status = gf_fastcall_torch_call_dispatched(runner_id, &call, args[3], args[5], pin,

@@ -236,6 +236,7 @@ public:
     void **served = entry.user;
     PyObject *recorded = state_->recorded;
     state_->served = 0;
+    call_->served = 0;
     if (served == nullptr) {
       call_->output_template = Py_XNewRef(recorded);
       return;
@@ -251,6 +252,7 @@ public:
     if (*served != nullptr) {
       auto *user = static_cast<EntryUser *>(*served);
       state_->served = ++user->served;
+      call_->served = user->served;
       call_->output_template = Py_NewRef(PyTuple_GET_ITEM(user->template_and_held, 0));
     }
   }

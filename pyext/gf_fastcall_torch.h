@@ -68,6 +68,10 @@ typedef struct gf_call_in_flight {
   PyObject *held;
   PyObject *error;
   PyObject *output_template;
+  /* how many calls the serving entry has served, this one included (0: it ran eager); copied
+   * under the runner's lock, for verify's sampling after it (another thread's call may have
+   * changed the state's by then) */
+  unsigned long long served;
 } gf_call_in_flight;
 
 /* The fast path: one call of runner `runner_id` (see gf_runner_call) with inputs the walker

@@ -157,6 +157,9 @@ class BakedState:
         if isinstance(value, _SCALAR_TYPES) or isinstance(value, enum.Enum):
             return value
         if isinstance(value, torch.Tensor):
+            if id(value) not in self._seen:  # its address is watched like an attribute's
+                self._seen.add(id(value))
+                self.tensors.append(value)
             return _tensor_record("item", value)
         kind = type(value)
         if not isinstance(value, (dict, list, tuple, set, frozenset)):

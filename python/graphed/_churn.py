@@ -8,6 +8,7 @@ and names the paths whose value, or tensor size, differs among them."""
 from __future__ import annotations
 
 import collections
+import enum
 from typing import Any
 
 import torch
@@ -18,22 +19,28 @@ _REMEMBERED = 32
 _NAMED = 4
 
 
+# Leaves kept as themselves (small, immutable); any other object is kept as its type and identity,
+# so that the record holds no reference to what the call passed.
+_VALUE_TYPES = (type(None), bool, int, float, complex, str, bytes, enum.Enum, torch.dtype,
+                torch.device)  # fmt: skip
+
+
+def _leaf(leaf: Any) -> Any:
+    if isinstance(leaf, torch.Tensor):
+        return ("tensor", leaf.dtype, tuple(leaf.shape))
+    if isinstance(leaf, _VALUE_TYPES):
+        return leaf
+    return ("object", type(leaf).__name__, id(leaf))
+
+
 def _summary(kwargs: dict) -> dict[str, Any]:
-    """Each leaf of a call's kwargs by its path: a tensor as (dtype, shape), else its value (or
-    its type where it cannot be hashed)."""
-    leaves, _ = pytree.tree_flatten_with_path(kwargs)
-    summary = {}
-    for path, leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            value: Any = ("tensor", leaf.dtype, tuple(leaf.shape))
-        else:
-            try:
-                hash(leaf)
-                value = leaf
-            except TypeError:
-                value = ("object", type(leaf).__name__, id(leaf))
-        summary["kwargs" + pytree.keystr(path)] = value
-    return summary
+    """Each leaf of a call's kwargs by its path (see _leaf); a kwarg whose containers pytree
+    cannot name the paths of (a type registered without flatten_with_keys_fn) as a whole."""
+    try:
+        leaves, _ = pytree.tree_flatten_with_path(kwargs)
+    except Exception:  # noqa: BLE001 - a diagnostic; the call must go on whatever it holds
+        return {f"kwargs[{name!r}]": _leaf(value) for name, value in kwargs.items()}
+    return {"kwargs" + pytree.keystr(path): _leaf(leaf) for path, leaf in leaves}
 
 
 def _phrase(path: str, values: list) -> str | None:
@@ -66,7 +73,11 @@ class NewKeys:
         self._recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=_REMEMBERED)
 
     def record(self, kwargs: dict) -> None:
-        self._recent.append(_summary(kwargs))
+        """Remembers one call without a graph; never raises (it only feeds a warning)."""
+        try:
+            self._recent.append(_summary(kwargs))
+        except Exception:  # noqa: BLE001 - a diagnostic must not fail the call
+            self._recent.append({})
 
     def describe(self) -> str:
         """The paths that differ among the remembered calls ("" when none can be named), each

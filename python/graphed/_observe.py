@@ -141,9 +141,9 @@ class RunnerLog:
             self.churn_said = True
             _log.log(
                 level,
-                "%s: %s. What changes from call to call: %s. Recent keys: %s. Pass a value that "
-                "changes every call as a tensor (graphed keys a tensor by its shape, not its "
-                "values), or set churn_limit=0 to capture every new key",
+                "%s: %s. What changes from call to call: %s. Recent keys: %s. A value that "
+                "changes every call can be passed as a tensor (graphed keys a tensor by its "
+                "shape, not its values); see docs/troubleshooting.md",
                 self.name,
                 message,
                 changing or "not named (the calls were made before this runner recorded them)",

@@ -1,7 +1,9 @@
-// Tests of the churn guard (ops/gf_churn.h) through a runner: after `churn_limit` new keys in a
+// Tests of the churn guard (ops/gf_churn.h) through a runner, and of the out-of-memory back-off
+// (ops/gf_backoff.h) on its own. The guard: after `churn_limit` new keys in a
 // row, a new key runs eager (with eager's values) until it comes a second time, graphs already
 // captured keep replaying, many hits in a row or a reset end the guard, and a runner that agrees
 // over a process group is never guarded (its ranks must capture at the same calls).
+#include "gf_backoff.h"
 #include "gf_churn.h"
 #include "gf_runner.h"
 #include "gf_test_fakes.h"
@@ -95,6 +97,39 @@ TEST_F(Churn, ARunnerThatAgreesOverAGroupIsNeverGuarded) {
   }
   EXPECT_EQ(Stats().captures, 5u);
   EXPECT_EQ(Stats().churn_guarding, 0);
+}
+
+} // namespace
+
+namespace {
+
+// The back-off of keys that ran out of device memory (ops/gf_backoff.h), on its own.
+TEST(Backoff, AKeyIsHeldForItsBackOffThenMayTryAgain) {
+  gf_backoff backoff{};
+  EXPECT_EQ(gf_backoff_hold(&backoff, 42, 10, 0), static_cast<uint64_t>(GF_BACKOFF_FIRST));
+  EXPECT_TRUE(gf_backoff_holds(&backoff, 42, 10 + GF_BACKOFF_FIRST - 1, 0));
+  EXPECT_FALSE(gf_backoff_holds(&backoff, 42, 10 + GF_BACKOFF_FIRST, 0));
+  EXPECT_FALSE(gf_backoff_holds(&backoff, 43, 11, 0)) << "another key is not held";
+}
+
+TEST(Backoff, EachFailureOfAKeyDoublesItsBackOffUpToTheLongest) {
+  gf_backoff backoff{};
+  uint64_t length = 0;
+  for (int failure = 0; failure < 12; ++failure) {
+    length = gf_backoff_hold(&backoff, 7, 0, 0);
+  }
+  EXPECT_EQ(length, static_cast<uint64_t>(GF_BACKOFF_MOST));
+  EXPECT_EQ(gf_backoff_hold(&backoff, 8, 0, 0), static_cast<uint64_t>(GF_BACKOFF_FIRST));
+}
+
+TEST(Backoff, AnEvictionOrAClearLetsEveryKeyTryAgain) {
+  gf_backoff backoff{};
+  gf_backoff_hold(&backoff, 0, 0, 3); // a hash of 0 is held as well
+  EXPECT_TRUE(gf_backoff_holds(&backoff, 0, 1, 3));
+  EXPECT_FALSE(gf_backoff_holds(&backoff, 0, 1, 4)) << "an eviction since frees memory";
+  gf_backoff_hold(&backoff, 5, 0, 4);
+  gf_backoff_clear(&backoff);
+  EXPECT_FALSE(gf_backoff_holds(&backoff, 5, 1, 4));
 }
 
 } // namespace

@@ -87,6 +87,21 @@ TEST_F(RunnerEvents, TheChurnGuardStartingIsTold) {
   EXPECT_TRUE(Contains(churn.message, "3 new keys in a row, none reused")) << churn.message;
 }
 
+TEST_F(RunnerEvents, UnguardedCapturesThatKeepEvictingAreToldOnce) {
+  config_.max_entries = 1; // churn_limit 0: every new key captures
+  Create();
+  for (int64_t rows = 1; rows <= 8; ++rows) {
+    Inputs inputs = MakeInputs(1, {rows}, 1.0f);
+    CallExpectingCorrect(inputs);
+  }
+  EXPECT_EQ(Stats().captures, 8u);
+  ASSERT_EQ(host_.events[GF_EVENT_CHURN], 1u);
+  const gf_event &churn = host_.last_event[GF_EVENT_CHURN];
+  EXPECT_EQ(churn.count, 5u) << "said at the first capture past 4 x max_entries";
+  EXPECT_TRUE(Contains(churn.message, "5 captures and 4 evictions with max_entries=1"))
+      << churn.message;
+}
+
 TEST_F(RunnerEvents, CreatingADisabledRunnerTellsNothing) {
   config_.enabled = 0;
   Create();

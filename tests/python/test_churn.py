@@ -11,8 +11,10 @@ is held back until the back-off ends or memory is freed."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import types
+import weakref
 
 import pytest
 import torch
@@ -210,3 +212,45 @@ def test_running_out_of_memory_while_capturing_on_the_device_gives_eagers_result
     assert reserved[-1] == reserved[1], reserved  # each failed attempt gave back what it took
     torch.testing.assert_close(gf(x), want, rtol=0, atol=0)  # held back: eager, no attempt
     assert gf.stats()["eager_calls"] == 5
+
+
+class Pair:
+    """A container registered with pytree without a keys function (no paths to name)."""
+
+    def __init__(self, first, second) -> None:
+        self.first, self.second = first, second
+
+
+torch.utils._pytree.register_pytree_node(
+    Pair, lambda pair: ([pair.first, pair.second], None), lambda leaves, _: Pair(*leaves)
+)
+
+
+def test_the_guards_record_takes_any_kwarg_the_runner_takes(emulated_backend):
+    gf = GraphedForward(lambda *, pair, scale: pair.first * scale + pair.second,
+                        device="cpu", backend=emulated_backend)  # fmt: skip
+    for call in range(6):
+        pair = Pair(torch.ones(2), torch.full((2,), float(call)))
+        torch.testing.assert_close(gf(pair=pair, scale=float(call)), torch.full((2,), 2.0 * call))
+    stats = gf.stats()
+    assert stats["enabled"] and (stats["captures"], stats["churn_eager_calls"]) == (2, 4), stats
+
+
+def test_the_failed_attempts_tensors_are_freed_before_the_eager_run(emulated_backend):
+    """What the forward held when it ran out (its activations) is gone before the eager run that
+    answers the call, which needs the memory."""
+    alive = []
+
+    class HoldsAnActivation(torch.nn.Module):
+        def forward(self, x):
+            activation = x * 3
+            if torch.ops.graphed.forward_phase() != _phases.PHASE_EAGER:
+                alive.append(weakref.ref(activation))
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB.")
+            gc.collect()
+            assert all(ref() is None for ref in alive), "the failed attempt's tensors are alive"
+            return activation
+
+    gf = GraphedForward(HoldsAnActivation(), device="cpu", backend=emulated_backend)
+    torch.testing.assert_close(gf(torch.ones(2)), torch.full((2,), 3.0), rtol=0, atol=0)
+    assert alive and gf.stats()["eager_calls"] == 1
