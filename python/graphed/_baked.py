@@ -21,7 +21,8 @@ each submodule that is not a tensor, a submodule or torch's own bookkeeping is r
 value: scalars (None, bool, int, float, complex, str, bytes, enums, torch dtypes, devices and
 layouts) as themselves; dicts, lists, tuples and sets by their items, down to _VALUE_LEVELS levels
 (the attribute, its items, theirs), the dicts watched for mutation and the lists and sets
-compared item by item; a tensor among the items by its record; any other object by its identity
+compared item by item; a tensor among the items by its record, its address watched like an
+attribute's; any other object by its identity
 and class (an attention processor swapped is seen; a change inside it is not). A container
 longer than _LONGEST_WATCHED items, and anything deeper than the levels, is recorded by identity
 and length only. A GraphedForward holds one `Watch`, which owns the life cycle: it arms
