@@ -7,7 +7,7 @@
 # then the only graphed on PYTHONPATH (the same files, RUNPATH and build info a wheel holds).
 # The pytest run leaves out the many_processes tests (the gloo exit soak, CPU only, run by every CI
 # run; its full size, GRAPHED_EXIT_RUNS=200,50, would pass the device's 10-minute limit).
-# Usage: bash scripts/device_check.sh [all|build|test|bench|group] [extra pytest args...]
+# Usage: bash scripts/device_check.sh [all|build|test|bench|group|pipelines|memory|generate|traffic] [extra pytest args...]
 #        (group: on two GPUs, the process-group tests and bench/sp_bench.py, after a build
 #        without the C++ tests)
 #        (pipelines: the Stable Audio Open DiT in its pipeline's loop at 108 and 1024 frames and
@@ -20,6 +20,10 @@
 #        test_generate.py and bench/generate_bench.py with the machine's transformers, then again
 #        with each SITE folder (other package versions, e.g. the newest transformers installed with
 #        pip --target) first on PYTHONPATH; after a build without the C++ tests)
+#        (traffic: adapters, state and traffic on the device: the GPU cases of test_lora.py,
+#        test_changed_state.py and test_churn.py, bench/lora_workflow.py's table and
+#        bench/churn_bench.py's storms; after a build without the C++ tests; diffusers must be
+#        installed, e.g. from a carried wheel)
 #        bash scripts/device_check.sh compare BASELINE_TREE   (host cost of this tree against an
 #        older checkout's, built and timed in the same call, in rounds A/B, B/A, A/B)
 set -uo pipefail
@@ -41,10 +45,11 @@ status=0
 } 2>&1 | tee "$OUT/env.txt"
 
 if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench || "$what" == compare \
-      || "$what" == group || "$what" == pipelines || "$what" == memory || "$what" == generate ]]; then
+      || "$what" == group || "$what" == pipelines || "$what" == memory || "$what" == generate \
+      || "$what" == traffic ]]; then
   # group runs the gloo tests too, whose emulated backend is the test plugin the tests build.
   cxx_tests=$([[ "$what" == bench || "$what" == compare || "$what" == pipelines || "$what" == memory \
-    || "$what" == generate ]] \
+    || "$what" == generate || "$what" == traffic ]] \
     && echo OFF || echo ON)
   if ! { cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DGRAPHED_CUDA_ARCHITECTURES=90 \
         -DGRAPHED_BUILD_TESTS="$cxx_tests" && cmake --build "$BUILD" -j"$(nproc)" \
@@ -108,6 +113,20 @@ if [[ "$what" == generate ]]; then
       >> "$OUT/generate-$label.log" 2>&1 || status=1
     tail -12 "$OUT/generate-$label.log"
   done
+fi
+if [[ "$what" == traffic ]]; then
+  (cd "$BUILD" && PYTHONPATH="$SITE" timeout 240 "$PY" -m pytest ../tests/python/test_lora.py \
+    ../tests/python/test_changed_state.py ../tests/python/test_churn.py --rootdir .. \
+    -c ../pyproject.toml -p no:cacheprovider -v -rs -m gpu "$@") > "$OUT/pytest-traffic.log" 2>&1 \
+    || status=1
+  grep -E "PASSED|FAILED|ERROR" "$OUT/pytest-traffic.log" | head -40
+  tail -2 "$OUT/pytest-traffic.log"
+  PYTHONPATH="$SITE:bench" timeout 120 "$PY" bench/lora_workflow.py > "$OUT/lora_workflow.log" 2>&1 \
+    || status=1
+  grep -v -i "warn\|float32" "$OUT/lora_workflow.log" | tail -30
+  PYTHONPATH="$SITE:bench" timeout 120 "$PY" bench/churn_bench.py --out "$OUT" \
+    > "$OUT/churn_bench.log" 2>&1 || status=1
+  tail -12 "$OUT/churn_bench.log"
 fi
 if [[ "$what" == memory ]]; then
   PYTHONPATH="$SITE:bench" timeout 540 "$PY" bench/memory_shapes.py --out "$OUT" "$@" \
