@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -118,6 +117,8 @@ class BakedState:
         }
         self.modules: list[tuple[str, torch.nn.Module]] = []
         self._seen: set[int] = set()
+        # The containers and the tensors in them already given to the native watch.
+        self._watched: set[int] = set()
         self.records["<global forward hooks>"] = tuple(
             tuple(map(id, hooks.values())) for hooks in self.dicts
         )
@@ -137,7 +138,17 @@ class BakedState:
             None if override is None else id(override),
         )  # fmt: skip
         prefix = f"{path}." if path else ""
-        for kind, tensors in self._tensors_of(submodule, attributes):
+        # One pass over the module's own attributes: tensors, and Python values.
+        attribute_tensors, values = [], []
+        for name, value in attributes.items():
+            if name in _TORCH_ATTRIBUTES:
+                continue
+            (attribute_tensors if isinstance(value, torch.Tensor) else values).append((name, value))
+        for kind, tensors in (
+            ("parameter", submodule._parameters.items()),
+            ("buffer", submodule._buffers.items()),
+            ("attribute", attribute_tensors),
+        ):
             for name, tensor in tensors:
                 key = prefix + name
                 if tensor is None:
@@ -148,9 +159,8 @@ class BakedState:
                 if id(tensor) not in self._seen:
                     self._seen.add(id(tensor))
                     self.by_kind[kind].append((key, tensor))
-        for name, value in attributes.items():
-            if name not in _TORCH_ATTRIBUTES and not isinstance(value, torch.Tensor):
-                self.records[prefix + name] = ("value", self._value_record(value, 1))
+        for name, value in values:
+            self.records[prefix + name] = ("value", self._value_record(value, 1))
 
     def _value_record(self, value: Any, level: int) -> Any:
         """A Python value's record (see "Python values" in the module docstring); the containers
@@ -158,8 +168,8 @@ class BakedState:
         if isinstance(value, _SCALAR_TYPES) or isinstance(value, enum.Enum):
             return value
         if isinstance(value, torch.Tensor):
-            if id(value) not in self._seen:  # its address is watched like an attribute's
-                self._seen.add(id(value))
+            if id(value) not in self._watched:  # its address is watched like an attribute's
+                self._watched.add(id(value))
                 self.tensors.append(value)
             return _tensor_record("item", value)
         kind = type(value)
@@ -170,8 +180,8 @@ class BakedState:
         deeper = level + 1
         # Each container watched once, however many attributes share it (peft gives all its
         # layers one `_active_adapter` list): the check before each call reads it once.
-        first_sight = id(value) not in self._seen
-        self._seen.add(id(value))
+        first_sight = id(value) not in self._watched
+        self._watched.add(id(value))
         if isinstance(value, dict):
             if first_sight:
                 self.dicts.append(value)
@@ -181,19 +191,6 @@ class BakedState:
             self.sequences.append(value)
         items = tuple(self._value_record(item, deeper) for item in value)
         return (kind, frozenset(items) if isinstance(value, (set, frozenset)) else items)
-
-    @staticmethod
-    def _tensors_of(submodule: torch.nn.Module, attributes: dict) -> Iterator[tuple[str, Any]]:
-        yield "parameter", submodule._parameters.items()
-        yield "buffer", submodule._buffers.items()
-        yield (
-            "attribute",
-            [
-                (name, value)
-                for name, value in attributes.items()
-                if isinstance(value, torch.Tensor)
-            ],
-        )
 
     def differences(self, other: BakedState, limit: int = 4) -> list[str]:
         """The dotted paths whose record differs between two states (at most `limit`, then a
