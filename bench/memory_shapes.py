@@ -114,7 +114,7 @@ def _wrap(method: str, model: Any) -> Any:
         return torch.compile(model, mode="reduce-overhead", dynamic=False)
     if method == "graphed_compile":
         return graphed.GraphedForward(
-            torch.compile(model, dynamic=False), device="cuda", max_entries=16
+            torch.compile(model, dynamic=False), device="cuda", max_entries=16, churn_limit=0
         )
     if method in ("seed", "seed_shared_pool"):
         sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -123,7 +123,8 @@ def _wrap(method: str, model: Any) -> Any:
         return SeedGraphedForward(
             model, device=torch.device("cuda"), share_pool=method == "seed_shared_pool"
         )
-    return graphed.GraphedForward(model, device="cuda", max_entries=16)
+    # churn_limit=0: the shapes are captured in a row, each at first sight, as the peers do.
+    return graphed.GraphedForward(model, device="cuda", max_entries=16, churn_limit=0)
 
 
 def _new_segments(before: set[int]) -> dict[str, list[float]]:
@@ -167,8 +168,8 @@ def _measure(method: str, count: int) -> dict:
 
         pool = graphed.MemoryPool("cuda")
         wrapped = [
-            graphed.GraphedForward(model, device="cuda", memory_pool=pool),
-            graphed.GraphedForward(model, device="cuda", memory_pool=pool),
+            graphed.GraphedForward(model, device="cuda", memory_pool=pool, churn_limit=0),
+            graphed.GraphedForward(model, device="cuda", memory_pool=pool, churn_limit=0),
         ]
     first_ms = warm_up_ms = None
     with torch.no_grad():

@@ -166,7 +166,8 @@ def test_the_same_tensors_written_in_place_between_calls_replay_their_new_values
 
 
 def test_new_row_count_or_tail_presence_captures_a_new_graph(small_model):
-    gf = GraphedForward(small_model, device="cuda", max_entries=8)
+    # churn_limit=0: three new keys come in a row, and each must capture at first sight.
+    gf = GraphedForward(small_model, device="cuda", max_entries=8, churn_limit=0)
     plan = [
         ((24, 0), 1),
         ((24, 0), 1),
