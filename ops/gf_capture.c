@@ -94,12 +94,7 @@ static void gf_runner_report_thrash(gf_runner *runner) {
            "use",
            (unsigned long long)runner->captures, (unsigned long long)runner->cache.evictions,
            runner->cache.max_entries);
-  gf_event churn = {.kind = GF_EVENT_CHURN,
-                    .message = message,
-                    .device_bytes = -1,
-                    .reserved_bytes = -1,
-                    .count = runner->captures};
-  gf_runner_notify(runner, &churn);
+  gf_runner_tell_churn(runner, message);
 }
 
 /* Says what a capture cost. */

@@ -221,12 +221,24 @@ static void gf_runner_report_churn(gf_runner *runner) {
            "%u new keys in a row, none reused: new keys now run eager until they come a second "
            "time; graphs already captured keep replaying",
            (unsigned)runner->churn.misses_in_a_row);
-  gf_event churn = {.kind = GF_EVENT_CHURN,
-                    .message = message,
-                    .device_bytes = -1,
-                    .reserved_bytes = -1,
-                    .count = runner->captures};
-  gf_runner_notify(runner, &churn);
+  gf_runner_tell_churn(runner, message);
+}
+
+/* Whether the scratch signature's new key runs eager instead of capturing: held back since it ran
+ * out of device memory (Note [Out of device memory while capturing], gf_capture.c), or by the
+ * churn guard, *guard_started saying whether this call started it. A runner that agrees over a
+ * process group always captures, as its ranks must capture at the same calls. */
+static int gf_runner_holds_back_new_key(gf_runner *runner, int *guard_started) {
+  *guard_started = 0;
+  if (runner->host.agree != NULL) {
+    return 0;
+  }
+  const uint64_t key_hash = runner->scratch_signature.hash;
+  if (gf_backoff_holds(&runner->backoff, key_hash, gf_runner_calls(runner),
+                       runner->cache.evictions)) {
+    return 1;
+  }
+  return !gf_churn_admit(&runner->churn, key_hash, guard_started);
 }
 
 gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
@@ -279,19 +291,8 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   }
   gf_entry *entry = gf_cache_lookup(&runner->cache, &runner->scratch_signature);
   if (entry == NULL) {
-    /* The keys held back after running out of device memory, then the churn guard; a runner
-     * that agrees over a process group always captures, as its ranks must capture at the same
-     * calls. */
     int guard_started = 0;
-    const uint64_t key_hash = runner->scratch_signature.hash;
-    if (runner->host.agree == NULL &&
-        gf_backoff_holds(&runner->backoff, key_hash, gf_runner_calls(runner),
-                         runner->cache.evictions)) {
-      /* Out of device memory at its latest capture (Note [Out of device memory while
-       * capturing], gf_capture.c). */
-      return gf_runner_run_eager(runner, inputs, input_count, options, results, err);
-    }
-    if (runner->host.agree == NULL && !gf_churn_admit(&runner->churn, key_hash, &guard_started)) {
+    if (gf_runner_holds_back_new_key(runner, &guard_started)) {
       status = gf_runner_run_eager(runner, inputs, input_count, options, results, err);
       if (guard_started) {
         gf_runner_report_churn(runner);

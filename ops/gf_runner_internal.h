@@ -75,6 +75,16 @@ static inline void gf_runner_notify(const gf_runner *runner, const gf_event *eve
   }
 }
 
+/* Tells the host of churn (a CHURN event with `message`; see gf_host.h). */
+static inline void gf_runner_tell_churn(const gf_runner *runner, const char *message) {
+  gf_event churn = {.kind = GF_EVENT_CHURN,
+                    .message = message,
+                    .device_bytes = -1,
+                    .reserved_bytes = -1,
+                    .count = runner->captures};
+  gf_runner_notify(runner, &churn);
+}
+
 static inline void gf_runner_warn(gf_runner *runner, const char *message) {
   if (runner->host.warn != NULL) {
     runner->host.warn(runner->host.context, message);

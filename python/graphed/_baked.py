@@ -60,10 +60,11 @@ _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks")
 # What an nn.Module keeps in its __dict__ itself: recorded above (tensors, children, hooks, the
 # mode) or not read by a forward (backward and state_dict hooks); the rest is the module's own.
 _TORCH_ATTRIBUTES = frozenset(vars(torch.nn.Module()))
-# Python values that are their own record (immutable, compared by ==).
-_SCALAR_TYPES = (
-    type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout,
-    torch.memory_format,
+# Python values that are their own record (immutable, compared by ==); graphed._churn keeps the
+# same ones as themselves.
+SCALAR_TYPES = (
+    type(None), bool, int, float, complex, str, bytes, enum.Enum, torch.dtype, torch.device,
+    torch.layout, torch.memory_format,
 )  # fmt: skip
 # How deep in a module attribute Python values are recorded and watched (the attribute is level
 # 1), and how long a watched container may be (longer: identity and length only). A list or set
@@ -165,7 +166,7 @@ class BakedState:
     def _value_record(self, value: Any, level: int) -> Any:
         """A Python value's record (see "Python values" in the module docstring); the containers
         it reaches are added to what the native watch checks."""
-        if isinstance(value, _SCALAR_TYPES) or isinstance(value, enum.Enum):
+        if isinstance(value, SCALAR_TYPES):
             return value
         if isinstance(value, torch.Tensor):
             if id(value) not in self._watched:  # its address is watched like an attribute's

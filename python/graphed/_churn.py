@@ -8,27 +8,24 @@ and names the paths whose value, or tensor size, differs among them."""
 from __future__ import annotations
 
 import collections
-import enum
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
+
+from ._baked import SCALAR_TYPES
 
 # How many calls without a graph are remembered, and how many paths a warning names.
 _REMEMBERED = 32
 _NAMED = 4
 
 
-# Leaves kept as themselves (small, immutable); any other object is kept as its type and identity,
-# so that the record holds no reference to what the call passed.
-_VALUE_TYPES = (type(None), bool, int, float, complex, str, bytes, enum.Enum, torch.dtype,
-                torch.device)  # fmt: skip
-
-
 def _leaf(leaf: Any) -> Any:
+    """A tensor as (dtype, shape); a small immutable value (the watch's scalars) as itself; any
+    other object as its type and identity, so that the record holds no reference to it."""
     if isinstance(leaf, torch.Tensor):
         return ("tensor", leaf.dtype, tuple(leaf.shape))
-    if isinstance(leaf, _VALUE_TYPES):
+    if isinstance(leaf, SCALAR_TYPES):
         return leaf
     return ("object", type(leaf).__name__, id(leaf))
 
@@ -53,11 +50,8 @@ def _phrase(path: str, values: list) -> str | None:
         ranks = {len(shape) for _, _, shape in tensors}
         if len(ranks) == 1:
             (rank,) = ranks
-            varying = [
-                (dim, len({shape[dim] for _, _, shape in tensors}))
-                for dim in range(rank)
-                if len({shape[dim] for _, _, shape in tensors}) > 1
-            ]
+            sizes = [len({shape[dim] for _, _, shape in tensors}) for dim in range(rank)]
+            varying = [(dim, count) for dim, count in enumerate(sizes) if count > 1]
             if varying:
                 return f"{path}: " + ", ".join(f"dim {dim}, {n} sizes" for dim, n in varying)
         return f"{path}: {len({value[1:] for value in tensors})} dtypes and shapes"
