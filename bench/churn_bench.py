@@ -22,9 +22,7 @@ from pathlib import Path
 
 import graphed
 import torch
-
-STORM_LIMIT = 1.3
-MEMORY_LIMIT = 1.2
+from targets import MEMORY_LIMIT, STORM_LIMIT
 
 
 class MLP(torch.nn.Module):
@@ -110,6 +108,20 @@ def _server_shapes(module: MLP, device: torch.device) -> dict:
     }
 
 
+def run_storms(device: torch.device) -> dict:
+    """Every scenario on `device`, eager and graphed in this process (bench/run.py's section)."""
+    module = MLP().to(device=device, dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        module(torch.randn(8, 1024, device=device, dtype=torch.bfloat16))  # kernels loaded
+    return {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(device),
+        "float_storm": _float_storm(module, device),
+        "shape_storm": _shape_storm(module, device),
+        "server_shapes": _server_shapes(module, device),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -117,17 +129,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("churn_bench: needs a CUDA device")
         return 0
-    device = torch.device("cuda", torch.cuda.current_device())
-    module = MLP().to(device=device, dtype=torch.bfloat16).eval()
-    with torch.no_grad():
-        module(torch.randn(8, 1024, device=device, dtype=torch.bfloat16))  # kernels loaded
-    results = {
-        "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(device),
-        "float_storm": _float_storm(module, device),
-        "shape_storm": _shape_storm(module, device),
-        "server_shapes": _server_shapes(module, device),
-    }
+    results = run_storms(torch.device("cuda", torch.cuda.current_device()))
     float_storm, shape_storm = results["float_storm"], results["shape_storm"]
     server = results["server_shapes"]
     rows = [

@@ -228,6 +228,7 @@ def _run_gpu(results: dict, settings: dict, clock: Any, args: argparse.Namespace
     device = _bench_device()
     _time_calls(results, settings, clock, device)
     _time_capture(results, settings, device)
+    _time_traffic(results, device)
     _check_replays(results)
     _time_compiled(results, settings, args)
     _time_audio_pipeline(results, args)
@@ -284,6 +285,21 @@ def _time_capture(results: dict, settings: dict, device: torch.device) -> None:
     if launches is not None:
         results["launches"] = launches
         _log_launches(launches)
+
+
+def _time_traffic(results: dict, device: torch.device) -> None:
+    """The storms of traffic that varies (churn_bench.py): a float kwarg that changes every call
+    and 60 sequence lengths, against eager in the same run, and the memory the second leaves."""
+    from churn_bench import run_storms
+
+    storms = _section(results, "traffic that varies (storms)", lambda: run_storms(device))
+    if storms is not None:
+        results["traffic"] = storms
+        log(
+            f"  float storm {storms['float_storm']['ratio']:.2f}x eager, shape storm "
+            f"{storms['shape_storm']['ratio']:.2f}x eager, reserved after 60 / after 16 "
+            f"{storms['shape_storm']['memory_ratio']:.2f}"
+        )
 
 
 def _log_first_call(value: dict) -> None:
@@ -470,6 +486,7 @@ def _run_cpu(results: dict, settings: dict, clock: Any) -> None:
     )
     _skip(results, "first-call capture latency and memory of 16 resident graphs", reason)
     _skip(results, "launches per replay (torch.profiler CUDA activity)", reason)
+    _skip(results, "traffic that varies: the float and shape storms against eager", reason)
     _skip(results, COMPILE_LABEL, f"reduce-overhead means CUDA graphs; {reason}")
     _skip(results, "Stable Audio Open DiT in StableAudioPipeline's loop", reason)
     _skip(results, "transformers generate(), decode tokens per second", reason)

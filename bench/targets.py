@@ -13,6 +13,10 @@ __all__ = ["evaluate"]
 HOST_RATIO_LIMITS = ((4, 2.5), (32, 3.0), (64, 4.0))
 OP_BARE_MULTIPLE = 2.0
 DIT_LIMITS = {"big": 0.01, "small": 0.10}
+# Traffic that varies: a storm's total time against eager's, and the reserved memory after a
+# 60-shape churn against after its first 16.
+STORM_LIMIT = 1.3
+MEMORY_LIMIT = 1.2
 _NOT_MEASURED = "not measured in this run (see Skipped or failed)"
 
 
@@ -205,6 +209,31 @@ def _capture_targets(results: dict) -> list[dict]:
     return [capture, memory]
 
 
+def _traffic_targets(results: dict) -> list[dict]:
+    """The storms of traffic that varies (churn_bench.py) against eager, and the memory left."""
+    traffic = results.get("traffic")
+    rows = (
+        ("float_storm", "ratio", STORM_LIMIT, "float kwarg new every call, 40 calls: total"),
+        ("shape_storm", "ratio", STORM_LIMIT, "60 sequence lengths, max_entries=16: total"),
+        ("shape_storm", "memory_ratio", MEMORY_LIMIT, "60 lengths: reserved after 60 / after 16"),
+    )
+    targets = []
+    for scenario, field, limit, what in rows:
+        ident = f"{scenario}_{field}"
+        text = f"{what} <= {limit}x" + (" eager" if field == "ratio" else "")
+        if traffic is None:
+            targets.append(_target(ident, text, "N/A", _NOT_MEASURED))
+            continue
+        entry = traffic[scenario]
+        value = entry[field]
+        if field == "ratio":
+            measured = f"{entry['graphed_ms']:.1f} / {entry['eager_ms']:.1f} ms = {value:.2f}x"
+        else:
+            measured = f"{value:.2f}x"
+        targets.append(_target(ident, text, "PASS" if value <= limit else "MISS", measured))
+    return targets
+
+
 def _over_compile_targets(results: dict) -> list[dict]:
     """GraphedForward over a default-mode compile against reduce-overhead, per forward."""
     targets = []
@@ -230,4 +259,5 @@ def evaluate(results: dict[str, Any]) -> list[dict]:
         *_dit_targets(results),
         *_over_compile_targets(results),
         *_capture_targets(results),
+        *_traffic_targets(results),
     ]
