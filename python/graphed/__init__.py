@@ -7,6 +7,7 @@ from . import _preflight  # noqa: F401  (first: a missing or mismatched build is
 from ._fake import register_fakes as _register_fakes
 from ._forward import GraphedForward
 from ._generation import GraphedGeneration, graph_generation
+from ._graph_regions import GraphedRegions, graph_regions
 from ._library import backend, library_path, load_library
 from ._memory import MemoryPool, memory_table
 from ._pipelines import graph_pipeline, ungraph_pipeline
@@ -23,6 +24,7 @@ __all__ = [
     "CUDAGraphedForward",
     "GraphedForward",
     "GraphedGeneration",
+    "GraphedRegions",
     "MemoryPool",
     "Runner",
     "XPUGraphedForward",
@@ -33,6 +35,7 @@ __all__ = [
     "get_graphed_forward_cls",
     "graph_generation",
     "graph_pipeline",
+    "graph_regions",
     "kwargs_signature",
     "library_path",
     "load_library",

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from . import _arguments, _groups, _library, _observe, _ops, _phases, _verify
+from . import _arguments, _groups, _library, _observe, _ops, _phases, _regions, _verify
 from ._baked import Watch
 from ._churn import NewKeys
 from ._device_hooks import hooks_for, resolve_device
@@ -94,6 +94,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         verify_every: int | None = None,
         memory_pool: MemoryPool | None = None,
         churn_limit: int = CHURN_LIMIT,
+        regions: bool = True,
     ) -> None:
         """Wraps `module` (any callable taking keyword arguments) for `device`.
 
@@ -134,7 +135,12 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         time; graphs already captured keep replaying; 64 calls of existing graphs in a row, or
         reset(), end the guard. It warns once, naming the kwargs that keep changing, and counts
         stats()["churn_eager_calls"]. 0 turns it off (every new key captures at once); a runner
-        with a process group is never guarded, as its ranks must capture at the same calls."""
+        with a process group is never guarded, as its ranks must capture at the same calls.
+
+        regions=True (the default): when the forward cannot be captured whole (a synchronizing
+        operation, a failed capture), its forward runs eagerly and each submodule it calls is
+        graphed on its own, with these options and one memory pool (graphed._regions); regions()
+        says which. regions=False keeps the whole runner eager after such a failure."""
         _library.load_library()
         _arguments.check_callable(module)
         _arguments.check_reserved(module)
@@ -147,6 +153,24 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self.name = name
         self.group = group
         self.memory_pool = memory_pool
+        # What the forward operator and eager runs call: the module, or a region's original
+        # forward (graphed._regions), while `module` stays what the watch watches.
+        self._forward_call: Callable[..., Any] = module
+        self._splits_into_regions = regions
+        self._regions: _regions.Regions | None = None
+        self._region_options = {
+            "device": self.device,
+            "max_entries": max_entries,
+            "warmup_iters": warmup_iters,
+            "group": group,
+            "capture_context": capture_context,
+            "backend": backend,
+            "cpu_inputs": cpu_inputs,
+            "verify": verify,
+            "verify_tolerance": verify_tolerance,
+            "verify_every": verify_every,
+            "churn_limit": churn_limit,
+        }
         self._hooks = hooks_for(self.device.type)
         self._capture_context = capture_context
         self._positional_names, self._positional_limit = _arguments.positional_names(module)
@@ -244,7 +268,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         if _is_compiling():
             # torch.compile or torch.export is tracing the caller: it sees the module itself
             # (its weights, its operations), with no opaque call in between.
-            return self.module(**kwargs)
+            return self._forward_call(**kwargs)
         while True:
             result = _fastcall.call(
                 self._id,
@@ -369,7 +393,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
                 self._context(core_run=True),
                 runs.forward_in_phase(phase, lambda: watch.state_to_keep(state.held)),
             ):
-                result = self.module(**kwargs)
+                result = self._forward_call(**kwargs)
             # An output graphed cannot rebuild is the forward's own error too: a TypeError the
             # caller gets once, as raised, rather than a failed capture wrapping it.
             plain = _fastcall.output_template(result)
@@ -394,7 +418,10 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
 
     def _eager(self, kwargs: dict) -> Any:
         with torch.no_grad(), self._context(core_run=False):
-            return self.module(**kwargs)
+            regions = self._regions
+            if regions is None:
+                return self._forward_call(**kwargs)
+            return regions.run(self._forward_call, (), kwargs)
 
     def _context(self, core_run: bool) -> contextlib.AbstractContextManager:
         """capture_context, if given, around a run of the core (`core_run`) while the runner is
@@ -426,9 +453,22 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
 
     def _note_disabled(self) -> None:
         """The runner is disabled for good (its "disabled" event, disable(), or made so): calls
-        are answered in Python from now on (_answer_eagerly), and nothing is watched."""
+        are answered in Python from now on (_answer_eagerly), and nothing is watched. When its
+        forward cannot be captured whole, the forward runs in regions (graphed._regions)."""
+        first = not self._disabled
         self._disabled = True
         self._watch.stop()
+        if first and self._splits_into_regions:
+            self._regions = _regions.split_into_regions(self)
+
+    def regions(self) -> list[dict[str, Any]]:
+        """The submodules considered as regions, in tree order, when the forward runs in regions
+        ([] when it runs whole): each a dict of "path" (dotted, from this module), "state"
+        ("graphed", "eager", "split": its children are regions, "pending": not called yet),
+        "reason" (why eager or split: the region's disabled_reason, which names the file and
+        line of a synchronization, or why graphed refused it) and "stats" (its runner's
+        stats(), or None)."""
+        return [] if self._regions is None else self._regions.describe()
 
     def release_group(self, reason: str) -> None:
         """Lets go of the process group before it ends (graphed._groups calls it when the group
