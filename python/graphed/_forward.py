@@ -137,10 +137,8 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         stats()["churn_eager_calls"]. 0 turns it off (every new key captures at once); a runner
         with a process group is never guarded, as its ranks must capture at the same calls.
 
-        regions=True (the default): when the forward cannot be captured whole (a synchronizing
-        operation, a failed capture), its forward runs eagerly and each submodule it calls is
-        graphed on its own, with these options and one memory pool (graphed._regions); regions()
-        says which. regions=False keeps the whole runner eager after such a failure."""
+        regions=False keeps the whole runner eager when its capture fails; by default the forward
+        then runs eagerly and the submodules it calls are graphed one by one (graphed._regions)."""
         _library.load_library()
         _arguments.check_callable(module)
         _arguments.check_reserved(module)
@@ -153,24 +151,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self.name = name
         self.group = group
         self.memory_pool = memory_pool
-        # What the forward operator and eager runs call: the module, or a region's original
-        # forward (graphed._regions), while `module` stays what the watch watches.
-        self._forward_call: Callable[..., Any] = module
         self._splits_into_regions = regions
-        self._regions: _regions.Regions | None = None
-        self._region_options = {
-            "device": self.device,
-            "max_entries": max_entries,
-            "warmup_iters": warmup_iters,
-            "group": group,
-            "capture_context": capture_context,
-            "backend": backend,
-            "cpu_inputs": cpu_inputs,
-            "verify": verify,
-            "verify_tolerance": verify_tolerance,
-            "verify_every": verify_every,
-            "churn_limit": churn_limit,
-        }
         self._hooks = hooks_for(self.device.type)
         self._capture_context = capture_context
         self._positional_names, self._positional_limit = _arguments.positional_names(module)
@@ -188,6 +169,13 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
     ) -> None:
         """The per-runner state, then the runner itself (graphed._ops) and what it starts with:
         its watch, and the Python answer when it starts disabled."""
+        # What the forward operator and eager runs call: the module, or a region's original
+        # forward (graphed._regions), while `module` stays what the watch watches.
+        self._forward_call: Callable[..., Any] = self.module
+        self._regions: _regions.Regions | None = None
+        self._region_options = _regions.options_of(
+            self, max_entries, warmup_iters, backend, verification, churn_limit
+        )
         # The call in flight, set by both C entry points under the runner's lock (see
         # pyext/gf_fastcall.c); each cache entry holds its own output template.
         self._call_state = _fastcall.CallState(rebuild_output)

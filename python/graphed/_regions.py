@@ -46,7 +46,14 @@ import torch
 from ._memory import MemoryPool
 from ._tree import flatten_kwargs, flatten_output
 
-__all__ = ["Region", "Regions", "candidates", "split_into_regions", "splits_into_regions"]
+__all__ = [
+    "Region",
+    "Regions",
+    "candidates",
+    "options_of",
+    "split_into_regions",
+    "splits_into_regions",
+]
 
 _log = logging.getLogger("graphed")
 
@@ -328,6 +335,30 @@ class Regions:
             counts.get(SPLIT, 0),
             counts.get(PENDING, 0),
         )
+
+
+def options_of(
+    runner: Any,
+    max_entries: int,
+    warmup_iters: int,
+    backend: str | None,
+    verification: Any,
+    churn_limit: int,
+) -> dict[str, Any]:
+    """The GraphedForward options a region of `runner` is made with: the runner's own."""
+    return {
+        "device": runner.device,
+        "max_entries": max_entries,
+        "warmup_iters": warmup_iters,
+        "group": runner.group,
+        "capture_context": runner._capture_context,
+        "backend": backend,
+        "cpu_inputs": "to_device" if runner._inputs_to_device else "refuse",
+        "verify": 0 if verification is None else verification.calls,
+        "verify_tolerance": None if verification is None else verification.tolerance,
+        "verify_every": 0 if verification is None else verification.every,
+        "churn_limit": churn_limit,
+    }
 
 
 def splits_into_regions(reason: str | None) -> bool:

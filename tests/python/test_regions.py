@@ -22,7 +22,7 @@ import types
 import graphed
 import pytest
 import torch
-from graphed import GraphedForward, _phases
+from graphed import GraphedForward, _phases, _regions
 from torch import nn
 
 _CAPTURING_PHASES = (_phases.PHASE_PROBE, _phases.PHASE_CAPTURE)
@@ -302,6 +302,39 @@ def test_a_child_called_outside_the_parents_call_runs_its_own_forward(emulated_b
     other = torch.randn(2, 4, 8)
     torch.testing.assert_close(_eager(block, other), block.__class__.forward(block, other))
     assert gf.regions()[0]["stats"]["replays"] == before
+
+
+def test_a_vetting_outcome_is_agreed_across_the_group(emulated_backend, monkeypatch):
+    """Each region's vetting is one all_reduce MIN over the group; a rank that could not graph a
+    region (here: the reduction comes back 0, as from a peer that refused) makes every rank keep
+    it eager."""
+    reductions = []
+
+    def all_reduce(flag, op, group):
+        reductions.append((int(flag.item()), op, group))
+        flag.zero_()  # a peer refused
+
+    monkeypatch.setattr(torch.distributed, "all_reduce", all_reduce)
+    model, group = Model(failing=None), object()
+    regions = _regions.Regions(
+        model,
+        lambda module, path: GraphedForward(module, device="cpu", backend=emulated_backend),
+        name="agreed",
+        group=group,
+        device=torch.device("cpu"),
+        permanent=True,
+    )
+    x = torch.randn(2, 4, 8)
+    expected = _eager(model.blocks[0], x)
+    torch.testing.assert_close(_eager(model.blocks[0], x), expected, rtol=0, atol=0)
+    # The block at its first call; its attention and MLP (regions of their own once the block
+    # stays eager) at the second; each refused by the peer.
+    assert reductions == [(1, torch.distributed.ReduceOp.MIN, group)] * 3
+    described = {entry["path"]: entry for entry in regions.describe()}
+    assert described["blocks.0"]["state"] == "split"
+    assert described["blocks.0.attn"]["state"] == "eager"
+    assert all("another rank" in described[path]["reason"] for path in ("blocks.0", "blocks.0.mlp"))
+    regions.remove()
 
 
 # -- graph_regions: the explicit form ------------------------------------------------------------
