@@ -36,6 +36,9 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 PY="$(command -v python3)"
 BUILD=build-device
 SITE=$PWD/$BUILD/site
+# Folders the caller put on PYTHONPATH (packages carried as wheels and installed with pip --target,
+# e.g. diffusers) stay on it, after the graphed just built.
+CALLER_PATH=${PYTHONPATH:+:$PYTHONPATH}
 status=0
 
 {
@@ -64,35 +67,35 @@ if [[ "$what" == all || "$what" == test ]]; then
   ctest --test-dir "$BUILD" --output-on-failure > "$OUT/ctest.log" 2>&1 || status=1
   tail -5 "$OUT/ctest.log"
   grep -E "Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -30
-  (cd "$BUILD" && PYTHONPATH="$SITE" "$PY" -m pytest ../tests/python --rootdir .. -c ../pyproject.toml \
+  (cd "$BUILD" && PYTHONPATH="$SITE$CALLER_PATH" "$PY" -m pytest ../tests/python --rootdir .. -c ../pyproject.toml \
     -p no:cacheprovider -v -rs -m "not many_processes" "$@") > "$OUT/pytest.log" 2>&1 || status=1
   grep -E "PASSED|FAILED|ERROR|SKIPPED" "$OUT/pytest.log" | grep -v "PASSED" | head -40
   tail -3 "$OUT/pytest.log"
 fi
 
 if [[ "$what" == group ]]; then
-  (cd "$BUILD" && PYTHONPATH="$SITE" timeout 420 "$PY" -m pytest ../tests/python/test_sequence_parallel.py \
+  (cd "$BUILD" && PYTHONPATH="$SITE$CALLER_PATH" timeout 420 "$PY" -m pytest ../tests/python/test_sequence_parallel.py \
     ../tests/python/test_agreement.py ../tests/python/test_patterns_cpu.py --rootdir .. \
     -c ../pyproject.toml -p no:cacheprovider -v -rs "$@") > "$OUT/pytest-group.log" 2>&1 || status=1
   grep -E "PASSED|FAILED|ERROR|SKIPPED" "$OUT/pytest-group.log" | head -40
   tail -3 "$OUT/pytest-group.log"
 fi
 if [[ "$what" == all || "$what" == bench || "$what" == group ]]; then
-  PYTHONPATH="$SITE:bench" timeout 300 "$PY" bench/sp_bench.py --out "$OUT" > "$OUT/sp_bench.log" 2>&1 \
+  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout 300 "$PY" bench/sp_bench.py --out "$OUT" > "$OUT/sp_bench.log" 2>&1 \
     || status=1
   tail -8 "$OUT/sp_bench.log"
 fi
 if [[ "$what" == all || "$what" == bench ]]; then
-  PYTHONPATH="$SITE:bench" "$PY" bench/run.py --out "$OUT" > "$OUT/bench.log" 2>&1 || status=1
+  PYTHONPATH="$SITE:bench$CALLER_PATH" "$PY" bench/run.py --out "$OUT" > "$OUT/bench.log" 2>&1 || status=1
   tail -60 "$OUT/bench.log"
-  PYTHONPATH="$SITE:bench" "$PY" bench/host_breakdown.py > "$OUT/host_breakdown.log" 2>&1 || status=1
+  PYTHONPATH="$SITE:bench$CALLER_PATH" "$PY" bench/host_breakdown.py > "$OUT/host_breakdown.log" 2>&1 || status=1
   tail -20 "$OUT/host_breakdown.log"
 fi
 if [[ "$what" == pipelines ]]; then
-  PYTHONPATH="$SITE:bench" timeout 420 "$PY" bench/audio_pipeline.py --out "$OUT" \
+  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout 420 "$PY" bench/audio_pipeline.py --out "$OUT" \
     > "$OUT/audio_pipeline.log" 2>&1 || status=1
   tail -20 "$OUT/audio_pipeline.log"
-  PYTHONPATH="$SITE:bench" timeout 100 "$PY" bench/generate_bench.py --out "$OUT" \
+  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout 100 "$PY" bench/generate_bench.py --out "$OUT" \
     > "$OUT/generate.log" 2>&1 || status=1
   tail -20 "$OUT/generate.log"
 fi
@@ -115,25 +118,25 @@ if [[ "$what" == generate ]]; then
   done
 fi
 if [[ "$what" == traffic ]]; then
-  (cd "$BUILD" && PYTHONPATH="$SITE" timeout 240 "$PY" -m pytest ../tests/python/test_lora.py \
+  (cd "$BUILD" && PYTHONPATH="$SITE$CALLER_PATH" timeout 240 "$PY" -m pytest ../tests/python/test_lora.py \
     ../tests/python/test_changed_state.py ../tests/python/test_churn.py --rootdir .. \
     -c ../pyproject.toml -p no:cacheprovider -v -rs -m gpu "$@") > "$OUT/pytest-traffic.log" 2>&1 \
     || status=1
   grep -E "PASSED|FAILED|ERROR" "$OUT/pytest-traffic.log" | head -40
   tail -2 "$OUT/pytest-traffic.log"
-  PYTHONPATH="$SITE:bench" timeout 120 "$PY" bench/lora_workflow.py > "$OUT/lora_workflow.log" 2>&1 \
+  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout 120 "$PY" bench/lora_workflow.py > "$OUT/lora_workflow.log" 2>&1 \
     || status=1
   grep -v -i "warn\|float32" "$OUT/lora_workflow.log" | tail -30
-  PYTHONPATH="$SITE:bench" timeout 120 "$PY" bench/churn_bench.py --out "$OUT" \
+  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout 120 "$PY" bench/churn_bench.py --out "$OUT" \
     > "$OUT/churn_bench.log" 2>&1 || status=1
   tail -12 "$OUT/churn_bench.log"
 fi
 if [[ "$what" == memory ]]; then
-  PYTHONPATH="$SITE:bench" timeout 540 "$PY" bench/memory_shapes.py --out "$OUT" "$@" \
+  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout 540 "$PY" bench/memory_shapes.py --out "$OUT" "$@" \
     > "$OUT/memory_shapes.log" 2>&1 || status=1
   tail -40 "$OUT/memory_shapes.log"
   if ((SECONDS < 400)); then  # a device command has 600 s
-    PYTHONPATH="$SITE:bench" timeout 120 "$PY" bench/host_cost_only.py --label memory \
+    PYTHONPATH="$SITE:bench$CALLER_PATH" timeout 120 "$PY" bench/host_cost_only.py --label memory \
       --json "$OUT/host_cost.jsonl" > "$OUT/host_cost.log" 2>&1 || status=1
     tail -12 "$OUT/host_cost.log"
   else

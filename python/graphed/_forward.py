@@ -53,20 +53,6 @@ _SAMPLED_CALL = _fastcall.SampledCall
 CHURN_LIMIT = _fastcall.CHURN_LIMIT
 
 
-# What an exception of the forward was, for CallState.record_error: a failure of the capture (a
-# RuntimeError a capture raises for what it forbids), an error of the forward's own (a ValueError,
-# a KeyboardInterrupt: the caller gets it as eager would raise it, once, and the runner stays
-# enabled), or the device out of memory while the runner warmed up or captured (the call runs
-# eager instead, and that key is held back: ops/gf_backoff.h).
-_CAPTURE_FAILURE, _OWN_ERROR, _OUT_OF_DEVICE_MEMORY = 0, 1, 2
-
-
-def _error_kind(raised: BaseException, phase: int) -> int:
-    if isinstance(raised, torch.OutOfMemoryError):
-        return _OWN_ERROR if phase == _PHASE_EAGER else _OUT_OF_DEVICE_MEMORY
-    return _CAPTURE_FAILURE if isinstance(raised, RuntimeError) else _OWN_ERROR
-
-
 class GraphedForward(ModuleMethods, _ops.RunnerReports):
     """Replays captured device graphs of `module`'s forward.
 
@@ -96,49 +82,25 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         churn_limit: int = CHURN_LIMIT,
         regions: bool = True,
     ) -> None:
-        """Wraps `module` (any callable taking keyword arguments) for `device`.
+        """Wraps `module` (any callable taking keyword arguments) for `device`. docs/api.md's
+        table gives each option in full:
 
-        max_entries bounds the cached graphs (least recently used evicted first, pinned never);
-        warmup_iters forwards run before each first capture; `group` (a process group) makes
-        capture outcomes agreed across its ranks; `name` appears in logs and stats; enabled=False
-        runs every call eagerly; capture_context, if given, is entered around the forwards graphed
-        runs for probe, warm-up and capture. Advanced: `backend` names a registered backend for
-        this runner alone (a test plugin's "emulated"); None, the default, is the one chosen at
-        load (graphed.backend()).
-
-        Positional arguments are bound to the forward's parameters by name, read from its
-        signature here, and keyed as those keywords. cpu_inputs says what a CPU tensor input of a
-        runner on another device gets: "refuse" (the default: a ValueError naming it, since the
-        forward would see a device tensor where eager sees a CPU one) or "to_device" (copied to
-        the runner's device before the call, for forwards that move such inputs there
-        themselves, as diffusers' rotary embeddings do; eager calls of a disabled runner get the
-        CPU tensors, as without graphed).
-
-        verify=N runs the module eagerly beside each of the first N calls every graph serves (its
-        capturing call included) and compares the outputs, bitwise, or within verify_tolerance
-        (rtol, atol) when given: a difference disables the runner, naming the output path and the
-        largest difference in disabled_reason, warns, and returns eager's result. None reads
-        $GRAPHED_VERIFY (0 when unset). The way to prove a new model safe to graph; each verified
-        call runs the forward twice, so a forward that advances state (a cache) reports a
-        difference by design (graphed._verify). verify_every=K keeps verifying in serving: after
-        those N, one call in K of each graph is compared the same way (None reads
-        $GRAPHED_VERIFY_EVERY; 0, the default, none); a call not sampled costs one type test.
-
-        memory_pool (a graphed.MemoryPool of this device) makes this runner's graphs, warm-ups
-        and probe allocate from that pool, shared with the other runners made on it, so that
-        the components of one pipeline reserve about what the largest needs (graphed._memory);
-        None, the default, gives the runner a pool of its own.
-
-        churn_limit guards against keys that never come back (a float that changes every call, a
-        new shape every call): after that many new keys in a row with no call of an existing
-        graph between them, a new key runs eagerly and is captured only when it comes a second
-        time; graphs already captured keep replaying; 64 calls of existing graphs in a row, or
-        reset(), end the guard. It warns once, naming the kwargs that keep changing, and counts
-        stats()["churn_eager_calls"]. 0 turns it off (every new key captures at once); a runner
-        with a process group is never guarded, as its ranks must capture at the same calls.
-
-        regions=False keeps the whole runner eager when its capture fails; by default the forward
-        then runs eagerly and the submodules it calls are graphed one by one (graphed._regions)."""
+        max_entries: graphs kept (LRU; pinned never evicted). warmup_iters: forwards run before
+        each first capture. group: a process group over which capture outcomes are agreed.
+        name: in logs and stats. enabled=False: every call eager. capture_context: entered
+        around the runs graphed makes for probe, warm-up and capture. backend: a registered
+        backend for this runner alone (None: graphed.backend()). Positional arguments are bound
+        to the forward's parameters by name and keyed as those keywords. cpu_inputs: "refuse"
+        (a CPU tensor input of a device runner is a ValueError naming it) or "to_device" (copied
+        to the device first, for forwards that move such inputs themselves). verify=N compares
+        each of the first N calls of every graph with eager (bitwise, or within
+        verify_tolerance=(rtol, atol)); a difference disables the runner, names the output path
+        and returns eager's result; verify_every=K then compares one call in K in serving (None
+        reads $GRAPHED_VERIFY / $GRAPHED_VERIFY_EVERY). memory_pool: a graphed.MemoryPool shared
+        with other runners of the device. churn_limit: after that many new keys in a row with no
+        call of an existing graph, a new key runs eagerly until it comes a second time (0: off).
+        regions=False keeps the whole runner eager when its capture fails; by default the
+        forward then runs eagerly and the submodules it calls are graphed one by one."""
         _library.load_library()
         _arguments.check_callable(module)
         _arguments.check_reserved(module)
@@ -391,7 +353,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             # a group the caller gets it and the forward is not run again; with one it is a
             # capture failure, and the eager run after it runs this forward again, so that its
             # collectives pair with the peers').
-            state.record_error(raised, _error_kind(raised, phase))
+            state.record_error(raised, _phases.error_kind(raised, phase))
             _log.debug("the forward of %s raised", self.name, exc_info=True)
             raise
         finally:

@@ -55,6 +55,20 @@ PHASE_PROBE = _fastcall.PHASE_PROBE
 PHASE_WARMUP = _fastcall.PHASE_WARMUP
 PHASE_CAPTURE = _fastcall.PHASE_CAPTURE
 
+# What an exception of the forward was, for CallState.record_error: a failure of the capture (a
+# RuntimeError a capture raises for what it forbids), an error of the forward's own (a ValueError,
+# a KeyboardInterrupt: the caller gets it as eager would raise it, once, and the runner stays
+# enabled), or the device out of memory while the runner warmed up or captured (the call runs
+# eager instead, and that key is held back: ops/gf_backoff.h).
+_CAPTURE_FAILURE, _OWN_ERROR, _OUT_OF_DEVICE_MEMORY = 0, 1, 2
+
+
+def error_kind(raised: BaseException, phase: int) -> int:
+    if isinstance(raised, torch.OutOfMemoryError):
+        return _OWN_ERROR if phase == PHASE_EAGER else _OUT_OF_DEVICE_MEMORY
+    return _CAPTURE_FAILURE if isinstance(raised, RuntimeError) else _OWN_ERROR
+
+
 # What torch's sync-debug mode "warn" says for each synchronizing operator (named once, in C).
 _SYNC_WARNING = _fastcall.SYNC_WARNING
 
