@@ -9,7 +9,12 @@ forward runs in regions, automatically); hand-built (every block but 12 in its o
 GraphedForward, the loop in Python). The ratio whole_ms / regional_ms is the share of the
 whole-forward speedup kept (target 0.75, stretch 0.90); every row is compared bitwise with eager
 on inputs other than the capture's. Also a tiny diffusers transformer with a forced `.item()` in
-one block (skipped when diffusers is missing).
+one block (skipped when diffusers is missing), and a tiny random LlamaForCausalLM (transformers,
+nothing downloaded) whose decoder layer 2 carries a forced `.item()`, so that no decode step can
+be captured whole: `model.generate(...)` greedy on a static cache, eagerly and through
+graphed.graph_generation as docs/api.md shows it, tokens compared with eager's, decode tokens/s
+of both, and what regions() of the decode steps' GraphedForward says (skipped when transformers
+or a CUDA device is missing).
 
 Times: torch.cuda.synchronize around N forwards after warm-up, the median of the repeats.
 
@@ -35,6 +40,8 @@ from torch import nn
 
 TARGET, STRETCH = 0.75, 0.90
 CALLS, REPEATS, WARMUP = 50, 5, 3
+# The generate() row: layers, the one that synchronizes, prompt rows and length, new tokens.
+GEN_LAYERS, GEN_SYNC_LAYER, GEN_BATCH, GEN_PROMPT, GEN_NEW_TOKENS = 6, 2, 1, 16, 32
 
 
 class Attention(nn.Module):
@@ -216,7 +223,174 @@ def _diffusers_rows() -> list[dict[str, Any]] | str:
     return _rows(calls, warm, fresh, _first_tensor(_eager(model)(**fresh)))
 
 
-def _print(rows: list[dict[str, Any]], ratio: float, summary: dict, diffusers: Any) -> None:
+def _llama(device: str) -> nn.Module:
+    """A tiny random LlamaForCausalLM whose layer GEN_SYNC_LAYER synchronizes (_forced_sync);
+    bf16 on CUDA, fp32 elsewhere. No eos token, so every request makes all its new tokens."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=1000,
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=GEN_LAYERS,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    model = LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()
+    _forced_sync(model.model.layers[GEN_SYNC_LAYER])
+    return model
+
+
+def _generate(model: nn.Module, prompt: torch.Tensor, new_tokens: int, **options: Any) -> Any:
+    """Greedy generate() on a static cache generate() makes (docs/api.md's Generation)."""
+    with torch.no_grad():
+        return model.generate(
+            prompt,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            cache_implementation="static",
+            **options,
+        )
+
+
+def _seconds(call: Callable[[], Any], device: str) -> float:
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    call()
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def _decode_rate(request: Callable[[int], Any], device: str) -> float:
+    """Decode tokens/s: rows x (GEN_NEW_TOKENS - 1) over a request's time less that of a request
+    of one new token (its prefill), the median of REPEATS after one warm-up of each."""
+    request(GEN_NEW_TOKENS)
+    request(1)
+    rates = []
+    for _ in range(REPEATS):
+        whole = _seconds(lambda: request(GEN_NEW_TOKENS), device)
+        prefill = _seconds(lambda: request(1), device)
+        rates.append(GEN_BATCH * (GEN_NEW_TOKENS - 1) / max(whole - prefill, 1e-9))
+    return statistics.median(rates)
+
+
+def _regions_summary(regions: list[dict[str, Any]], stats: dict[str, Any]) -> dict[str, Any]:
+    """What regions() of the decode steps' GraphedForward says, with a note in words."""
+    counts = {
+        state: sum(entry["state"] == state for entry in regions)
+        for state in ("graphed", "eager", "split", "pending")
+    }
+    reasons = {entry["path"]: entry["reason"] for entry in regions if entry["reason"]}
+    if stats["enabled"]:
+        note = "the decode step ran whole (captured or not yet): regions were not needed"
+    elif not regions:
+        note = (
+            "regions never engaged: the decode step's runner is disabled "
+            f"({stats['disabled_reason']}) and did not split into regions; every decode step "
+            "ran eagerly"
+        )
+    elif counts["graphed"] == 0:
+        note = (
+            f"regions engaged ({len(regions)} considered) but none was graphed: every decode "
+            "step ran eagerly"
+        )
+        if counts["pending"] == len(regions):
+            note += (
+                ". No region was ever called: graph_generation's decode step (_DecodeStep) "
+                "calls the model's forward as bound before graph_generation replaced "
+                "model.forward, so the only candidate ('model', the whole LlamaForCausalLM, its "
+                "Region installed as model.forward) is bypassed and the decoder layers are "
+                "never candidates"
+            )
+    else:
+        note = f"{counts['graphed']} of {len(regions)} regions graphed"
+    return {**counts, "reasons": reasons, "note": note}
+
+
+def _through_graph_generation(
+    model: nn.Module, prompt: torch.Tensor, device: str
+) -> dict[str, Any]:
+    """The same requests through graph_generation, as docs/api.md shows it: the tokens, the decode
+    rate, the decode runner's stats() and regions(); an error the requests raise is reported
+    (`error`), not raised, so that the other rows stand."""
+    generation = graphed.graph_generation(model, device=device)
+    request = functools.partial(_generate, model, prompt)
+    tokens = rate = error = None
+    try:
+        tokens = request(GEN_NEW_TOKENS)
+        rate = _decode_rate(request, device)
+    except Exception as raised:
+        error = f"{type(raised).__name__}: {raised}"
+    finally:
+        stats = generation.stats()
+        regions = generation.graphed.regions()
+        generation.remove()
+    return {"tokens": tokens, "rate": rate, "error": error, "stats": stats, "regions": regions}
+
+
+def _generation_row(device: str = "cuda") -> dict[str, Any] | str:
+    """The generate() row: eager, then through graph_generation on the same model."""
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        return "skipped: no CUDA device"
+    try:
+        import transformers
+    except ImportError as error:
+        return f"skipped: transformers is missing ({error})"
+    model = _llama(device)
+    generator = torch.Generator().manual_seed(2)
+    prompt = torch.randint(1, 1000, (GEN_BATCH, GEN_PROMPT), generator=generator).to(device)
+    # Eager: transformers would torch.compile the decode step on a GPU with a static cache.
+    eager = functools.partial(_generate, model, prompt, disable_compile=True)
+    expected = eager(GEN_NEW_TOKENS)
+    eager_rate = _decode_rate(eager, device)
+    run = _through_graph_generation(model, prompt, device)
+    keys = ("enabled", "disabled_reason", "captures", "replays", "eager_calls", "eager_forwards")
+    return {
+        "row": "llama generate",
+        "model": f"LlamaForCausalLM {GEN_LAYERS} layers, hidden 256, vocab 1000, "
+        f"{next(model.parameters()).dtype}, layer {GEN_SYNC_LAYER} synchronizes",
+        "transformers": transformers.__version__,
+        "batch": GEN_BATCH,
+        "prompt": GEN_PROMPT,
+        "new_tokens": GEN_NEW_TOKENS,
+        "equal": run["tokens"] is not None and bool(torch.equal(run["tokens"], expected)),
+        "error": run["error"],
+        "eager_tokens_per_s": eager_rate,
+        "graphed_tokens_per_s": run["rate"],
+        "speedup": None if run["rate"] is None else run["rate"] / eager_rate,
+        "decode_runner": {key: run["stats"].get(key) for key in keys},
+        "regions": _regions_summary(run["regions"], run["stats"]),
+    }
+
+
+def _print_generation(generation: dict[str, Any] | str) -> None:
+    if isinstance(generation, str):
+        print(f"generate: {generation}")
+        return
+    rate, error = generation["graphed_tokens_per_s"], generation["error"]
+    graphed_rate = f"{rate:8.1f} tok/s (x{generation['speedup']:.2f})" if error is None else error
+    print(
+        f"{generation['row']:<14} eager {generation['eager_tokens_per_s']:8.1f} tok/s, "
+        f"graphed {graphed_rate}  equal={generation['equal']}"
+    )
+    regions = generation["regions"]
+    print(
+        f"generate regions: {regions['graphed']} graphed, {regions['eager']} eager, "
+        f"{regions['split']} split, {regions['pending']} pending: {regions['note']}"
+    )
+
+
+def _print(
+    rows: list[dict[str, Any]], ratio: float, summary: dict, diffusers: Any, generation: Any
+) -> None:
     for row in rows:
         print(f"{row['row']:<14} {row['ms']:8.3f} ms  bitwise={row['bitwise']}")
     verdict = "PASS" if ratio >= TARGET else "MISS"
@@ -225,9 +399,10 @@ def _print(rows: list[dict[str, Any]], ratio: float, summary: dict, diffusers: A
     print(f"regions: {summary['graphed']} graphed, split {summary['split']}: {summary['reason']}")
     if isinstance(diffusers, str):
         print(f"diffusers: {diffusers}")
-        return
-    for row in diffusers:
-        print(f"{row['row']:<14} {row['ms']:8.3f} ms  bitwise={row['bitwise']}")
+    else:
+        for row in diffusers:
+            print(f"{row['row']:<14} {row['ms']:8.3f} ms  bitwise={row['bitwise']}")
+    _print_generation(generation)
 
 
 def main() -> None:
@@ -240,7 +415,8 @@ def main() -> None:
     by_name = {row["row"]: row for row in rows}
     ratio = by_name["whole"]["ms"] / by_name["regional"]["ms"]
     diffusers = _diffusers_rows()
-    _print(rows, ratio, summary, diffusers)
+    generation = _generation_row()
+    _print(rows, ratio, summary, diffusers, generation)
     results = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -252,6 +428,7 @@ def main() -> None:
         "stretch_met": ratio >= STRETCH,
         "regions": summary,
         "diffusers": diffusers,
+        "generation": generation,
     }
     arguments.out.mkdir(parents=True, exist_ok=True)
     (arguments.out / "regions_results.json").write_text(json.dumps(results, indent=2) + "\n")
