@@ -303,13 +303,7 @@ def _regions_summary(regions: list[dict[str, Any]], stats: dict[str, Any]) -> di
             "step ran eagerly"
         )
         if counts["pending"] == len(regions):
-            note += (
-                ". No region was ever called: graph_generation's decode step (_DecodeStep) "
-                "calls the model's forward as bound before graph_generation replaced "
-                "model.forward, so the only candidate ('model', the whole LlamaForCausalLM, its "
-                "Region installed as model.forward) is bypassed and the decoder layers are "
-                "never candidates"
-            )
+            note += ": no region was ever called"
     else:
         note = f"{counts['graphed']} of {len(regions)} regions graphed"
     return {**counts, "reasons": reasons, "note": note}

@@ -137,6 +137,11 @@ class _DecodeStep(torch.nn.Module):
     """What the decode graph captures: the model's own forward on the cache of the call in flight
     (set per call, per thread), its output without the cache (generate gets it back outside)."""
 
+    # The model's forward is called as bound before graph_generation replaced it, so a region
+    # installed as the model's `forward` would never be reached: when a decode step cannot be
+    # captured whole, the regions are the model's own submodules (graphed._regions).
+    REGIONS_LOOK_THROUGH = ("model",)
+
     def __init__(self, model: torch.nn.Module, forward: Any) -> None:
         super().__init__()
         self.model = model

@@ -74,17 +74,21 @@ def _has_children(module: torch.nn.Module) -> bool:
 
 def candidates(module: torch.nn.Module, prefix: str = "") -> list[tuple[str, torch.nn.Module]]:
     """The submodules worth a region, by dotted path, in tree order: the children, descending
-    through containers, without leaf modules; each module once."""
+    through containers, without leaf modules; each module once. A module whose forward calls a
+    child other than through the child's `forward` attribute (graph_generation's decode step
+    calls the model's forward as bound before it was replaced) names that child in
+    REGIONS_LOOK_THROUGH: its children are the candidates, as a container's are."""
     found: list[tuple[str, torch.nn.Module]] = []
     seen: set[int] = set()
 
     def visit(parent: torch.nn.Module, path_prefix: str) -> None:
+        look_through = getattr(parent, "REGIONS_LOOK_THROUGH", ())
         for name, child in parent.named_children():
             if id(child) in seen:
                 continue
             seen.add(id(child))
             path = f"{path_prefix}{name}"
-            if _is_container(child):
+            if _is_container(child) or name in look_through:
                 visit(child, f"{path}.")
             elif _has_children(child):
                 found.append((path, child))

@@ -340,6 +340,25 @@ def test_a_vetting_outcome_is_agreed_across_the_group(emulated_backend, monkeypa
 # -- graph_regions: the explicit form ------------------------------------------------------------
 
 
+def test_a_module_that_calls_a_child_as_bound_looks_through_it():
+    """graph_generation's decode step calls the model's forward as bound before it replaced it: a
+    region installed as that model's `forward` would never be reached, so the model's own
+    submodules are the candidates."""
+
+    class Step(nn.Module):
+        REGIONS_LOOK_THROUGH = ("model",)
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = Model(blocks=2, failing=None)
+
+    plain = nn.Module()
+    plain.model = Model(blocks=2, failing=None)
+    assert [path for path, _ in _regions.candidates(plain)] == ["model"]
+    assert [path for path, _ in _regions.candidates(Step())] == ["model.blocks.0", "model.blocks.1"]
+    assert graphed._generation._DecodeStep.REGIONS_LOOK_THROUGH == ("model",)
+
+
 def test_graph_regions_by_class_graphs_each_block_and_remove_restores(emulated_backend):
     model = Model(failing=None)
     x = torch.randn(2, 4, 8)
