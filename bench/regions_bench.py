@@ -223,7 +223,7 @@ def _diffusers_rows() -> list[dict[str, Any]] | str:
     return _rows(calls, warm, fresh, _first_tensor(_eager(model)(**fresh)))
 
 
-def _llama(device: str) -> nn.Module:
+def synchronizing_llama(device: str) -> nn.Module:
     """A tiny random LlamaForCausalLM whose layer GEN_SYNC_LAYER synchronizes (_forced_sync);
     bf16 on CUDA, fp32 elsewhere. No eos token, so every request makes all its new tokens."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -246,7 +246,7 @@ def _llama(device: str) -> nn.Module:
     return model
 
 
-def _generate(model: nn.Module, prompt: torch.Tensor, new_tokens: int, **options: Any) -> Any:
+def greedy_generate(model: nn.Module, prompt: torch.Tensor, new_tokens: int, **options: Any) -> Any:
     """Greedy generate() on a static cache generate() makes (docs/api.md's Generation)."""
     with torch.no_grad():
         return model.generate(
@@ -316,7 +316,7 @@ def _through_graph_generation(
     rate, the decode runner's stats() and regions(); an error the requests raise is reported
     (`error`), not raised, so that the other rows stand."""
     generation = graphed.graph_generation(model, device=device)
-    request = functools.partial(_generate, model, prompt)
+    request = functools.partial(greedy_generate, model, prompt)
     tokens = rate = error = None
     try:
         tokens = request(GEN_NEW_TOKENS)
@@ -338,11 +338,11 @@ def _generation_row(device: str = "cuda") -> dict[str, Any] | str:
         import transformers
     except ImportError as error:
         return f"skipped: transformers is missing ({error})"
-    model = _llama(device)
+    model = synchronizing_llama(device)
     generator = torch.Generator().manual_seed(2)
     prompt = torch.randint(1, 1000, (GEN_BATCH, GEN_PROMPT), generator=generator).to(device)
     # Eager: transformers would torch.compile the decode step on a GPU with a static cache.
-    eager = functools.partial(_generate, model, prompt, disable_compile=True)
+    eager = functools.partial(greedy_generate, model, prompt, disable_compile=True)
     expected = eager(GEN_NEW_TOKENS)
     eager_rate = _decode_rate(eager, device)
     run = _through_graph_generation(model, prompt, device)

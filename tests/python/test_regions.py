@@ -473,3 +473,28 @@ def test_a_diffusers_transformer_with_a_sync_in_one_block_runs_in_regions():
     states = _states(gf)
     assert states["transformer_blocks.0"] == "graphed"
     assert states["transformer_blocks.1"] in ("split", "eager")
+
+
+@pytest.mark.gpu
+@_cuda
+def test_generate_whose_decode_step_synchronizes_graphs_the_models_parts():
+    """graph_generation over a tiny Llama whose layer 2 synchronizes: the decode step cannot be
+    captured whole, so it runs in regions below the model (REGIONS_LOOK_THROUGH), tokens equal
+    to eager's."""
+    pytest.importorskip("transformers")
+    from regions_bench import greedy_generate, synchronizing_llama
+
+    model = synchronizing_llama("cuda")
+    prompt = torch.randint(1, 1000, (1, 16), generator=torch.Generator().manual_seed(2))
+    prompt = prompt.to("cuda")
+    expected = greedy_generate(model, prompt, 12, disable_compile=True)
+    generation = graphed.graph_generation(model, device="cuda")
+    try:
+        for _ in range(3):
+            assert torch.equal(greedy_generate(model, prompt, 12), expected)
+        states = _states(generation.graphed)
+    finally:
+        generation.remove()
+    assert states, "the decode step did not run in regions"
+    assert "graphed" in states.values(), states
+    assert not any(path == "model" for path in states), states
