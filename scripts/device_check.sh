@@ -7,7 +7,7 @@
 # then the only graphed on PYTHONPATH (the same files, RUNPATH and build info a wheel holds).
 # The pytest run leaves out the many_processes tests (the gloo exit soak, CPU only, run by every CI
 # run; its full size, GRAPHED_EXIT_RUNS=200,50, would pass the device's 10-minute limit).
-# Usage: bash scripts/device_check.sh [all|build|test|bench|group|pipelines|memory|generate|traffic] [extra pytest args...]
+# Usage: bash scripts/device_check.sh [all|build|test|bench|group|pipelines|memory|generate|traffic|regions] [extra pytest args...]
 #        (group: on two GPUs, the process-group tests and bench/sp_bench.py, after a build
 #        without the C++ tests)
 #        (pipelines: the Stable Audio Open DiT in its pipeline's loop at 108 and 1024 frames and
@@ -24,6 +24,10 @@
 #        test_changed_state.py and test_churn.py, bench/lora_workflow.py's table and
 #        bench/churn_bench.py's storms; after a build without the C++ tests; diffusers must be
 #        installed, e.g. from a carried wheel)
+#        (regions: graphs of a forward's parts and this round's targets: the GPU cases of
+#        test_regions.py and test_churn.py, bench/regions_bench.py (the guarded 24-block model, a
+#        diffusers transformer, generate()), then bench/run.py --quick (host cost, storms, first
+#        call); after a build without the C++ tests; diffusers from a carried wheel)
 #        bash scripts/device_check.sh compare BASELINE_TREE   (host cost of this tree against an
 #        older checkout's, built and timed in the same call, in rounds A/B, B/A, A/B)
 set -uo pipefail
@@ -49,10 +53,10 @@ status=0
 
 if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench || "$what" == compare \
       || "$what" == group || "$what" == pipelines || "$what" == memory || "$what" == generate \
-      || "$what" == traffic ]]; then
+      || "$what" == traffic || "$what" == regions ]]; then
   # group runs the gloo tests too, whose emulated backend is the test plugin the tests build.
   cxx_tests=$([[ "$what" == bench || "$what" == compare || "$what" == pipelines || "$what" == memory \
-    || "$what" == generate || "$what" == traffic ]] \
+    || "$what" == generate || "$what" == traffic || "$what" == regions ]] \
     && echo OFF || echo ON)
   if ! { cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DGRAPHED_CUDA_ARCHITECTURES=90 \
         -DGRAPHED_BUILD_TESTS="$cxx_tests" && cmake --build "$BUILD" -j"$(nproc)" \
@@ -130,6 +134,19 @@ if [[ "$what" == traffic ]]; then
   PYTHONPATH="$SITE:bench$CALLER_PATH" timeout 120 "$PY" bench/churn_bench.py --out "$OUT" \
     > "$OUT/churn_bench.log" 2>&1 || status=1
   tail -12 "$OUT/churn_bench.log"
+fi
+if [[ "$what" == regions ]]; then
+  (cd "$BUILD" && PYTHONPATH="$SITE$CALLER_PATH" timeout 200 "$PY" -m pytest ../tests/python/test_regions.py \
+    ../tests/python/test_churn.py --rootdir .. -c ../pyproject.toml -p no:cacheprovider -v -rs -m gpu "$@") \
+    > "$OUT/pytest-regions.log" 2>&1 || status=1
+  grep -E "PASSED|FAILED|ERROR" "$OUT/pytest-regions.log" | head -40
+  tail -2 "$OUT/pytest-regions.log"
+  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout 150 "$PY" bench/regions_bench.py --out "$OUT" \
+    > "$OUT/regions_bench.log" 2>&1 || status=1
+  grep -v "^graphed: runner" "$OUT/regions_bench.log" | tail -20
+  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout $((560 - SECONDS)) "$PY" bench/run.py --quick --out "$OUT" \
+    > "$OUT/bench.log" 2>&1 || status=1
+  tail -40 "$OUT/bench.log"
 fi
 if [[ "$what" == memory ]]; then
   PYTHONPATH="$SITE:bench$CALLER_PATH" timeout 540 "$PY" bench/memory_shapes.py --out "$OUT" "$@" \
