@@ -401,15 +401,17 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         torch.ops.graphed.disable(self._id, str(reason))
         self._note_disabled()
 
-    def _note_disabled(self) -> None:
+    def _note_disabled(self) -> bool:
         """The runner is disabled for good (its "disabled" event, disable(), or made so): calls
         are answered in Python from now on (_answer_eagerly), and nothing is watched. When its
-        forward cannot be captured whole, the forward runs in regions (graphed._regions)."""
+        forward cannot be captured whole, the forward runs in regions (graphed._regions), and
+        this says True: the regions' warning said why."""
         first = not self._disabled
         self._disabled = True
         self._watch.stop()
         if first and self._splits_into_regions:
             self._regions = _regions.split_into_regions(self)
+        return self._regions is not None
 
     def regions(self) -> list[dict[str, Any]]:
         """The submodules considered as regions, in tree order, when the forward runs in regions

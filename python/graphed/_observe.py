@@ -99,8 +99,9 @@ class RunnerLog:
         self.name = f"runner '{name}'"
         self.recent: collections.deque[str] = collections.deque(maxlen=_RECENT_KEYS)
         # Called at the "disabled" event, before it is logged (the core sends it once, when the
-        # runner goes from enabled to disabled; a runner never comes back).
-        self.on_disabled: Callable[[], None] | None = None
+        # runner goes from enabled to disabled; a runner never comes back); True when it said what
+        # happened itself (a forward that now runs in regions), which is then not said twice.
+        self.on_disabled: Callable[[], bool] | None = None
         # Names the kwargs that keep changing when the churn guard starts (graphed._churn); the
         # first start is a WARNING, later ones INFO.
         self.describe_churn: Callable[[], str] | None = None
@@ -118,8 +119,8 @@ class RunnerLog:
         shapes: str,
     ) -> None:
         message = said_once(message)
-        if kind == "disabled" and self.on_disabled is not None:
-            self.on_disabled()
+        if kind == "disabled" and self.on_disabled is not None and self.on_disabled():
+            return
         if kind == "captured":
             self.recent.append(shapes)
             _log.info(

@@ -151,14 +151,14 @@ def traced_forward(runner_id: int) -> Callable[[list], list] | None:
 def make_runner(
     owner: Any,
     run: Callable[[Any, list], list],
-    on_disabled: Callable[[Any], None],
+    on_disabled: Callable[[Any], bool],
     **options: Any,
 ) -> Registration:
     """Creates and registers the runner of `owner` (a GraphedForward): its forward operator
     (graphed_models::op<n>) runs `run(owner, inputs)`, and its observer (graphed._observe) logs
-    what it says and calls `on_disabled(owner)` when it is disabled. Both hold the owner weakly
-    (they outlive it); the runner is destroyed with the owner. `options` are create's, forward_op
-    and observer_op aside."""
+    what it says and calls `on_disabled(owner)` when it is disabled (True: it said so itself).
+    Both hold the owner weakly (they outlive it); the runner is destroyed with the owner.
+    `options` are create's, forward_op and observer_op aside."""
     owner_ref = weakref.ref(owner)
 
     def forward(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -167,10 +167,9 @@ def make_runner(
             raise RuntimeError("graphed: the GraphedForward of this operator is gone")
         return run(target, inputs)
 
-    def disabled() -> None:
+    def disabled() -> bool:
         target = owner_ref()
-        if target is not None:
-            on_disabled(target)
+        return target is not None and on_disabled(target)
 
     log, observer_op = _observe.observer_for(options["name"])
     log.on_disabled = disabled

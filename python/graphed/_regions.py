@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from ._memory import MemoryPool
+from ._observe import said_once
 from ._tree import flatten_kwargs, flatten_output
 
 __all__ = [
@@ -397,6 +398,6 @@ def split_into_regions(runner: Any) -> Regions | None:
         "runner '%s': the forward cannot be captured whole (%s); it now runs in regions: its "
         "submodules are graphed one by one and the rest runs eagerly; see .regions()",
         runner.name,
-        reason,
+        said_once(reason),
     )
     return regions

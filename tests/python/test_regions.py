@@ -115,6 +115,17 @@ def test_a_block_that_fails_its_capture_leaves_the_others_graphed(emulated_backe
     said = [record.getMessage() for record in caplog.records]
     assert sum("cannot be captured whole" in message for message in said) == 2  # six, blocks.3
     assert any("runs in regions: 7 graphed" in message for message in said), said
+    # One warning a split runner, saying why: not the disable's own warning beside it, and the
+    # core's nested "graphed: " prefixes left out (the logger's name says it).
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    for name in ("runner 'six'", "runner 'six/blocks.3'"):
+        about = [
+            message
+            for message in warned
+            if message.startswith(name + ":") or message.startswith(name + " ")
+        ]
+        assert len(about) == 1 and "planted" in about[0], warned
+        assert "graphed: " not in about[0], about[0]
 
 
 def test_regions_false_keeps_the_whole_runner_eager(emulated_backend):
