@@ -12,9 +12,9 @@ on inputs other than the capture's. Also a tiny diffusers transformer with a for
 one block (skipped when diffusers is missing), and a tiny random LlamaForCausalLM (transformers,
 nothing downloaded) whose decoder layer 2 carries a forced `.item()`, so that no decode step can
 be captured whole: `model.generate(...)` greedy on a static cache, eagerly and through
-graphed.graph_generation as docs/api.md shows it, tokens compared with eager's, decode tokens/s
-of both, and what regions() of the decode steps' GraphedForward says (skipped when transformers
-or a CUDA device is missing).
+graphed.graph_generation with regions=True and with its default (regions off), tokens compared
+with eager's, decode tokens/s of each, and what regions() of the decode steps' GraphedForward
+says (skipped when transformers or a CUDA device is missing).
 
 Times: torch.cuda.synchronize around N forwards after warm-up, the median of the repeats.
 
@@ -310,12 +310,12 @@ def _regions_summary(regions: list[dict[str, Any]], stats: dict[str, Any]) -> di
 
 
 def _through_graph_generation(
-    model: nn.Module, prompt: torch.Tensor, device: str
+    model: nn.Module, prompt: torch.Tensor, device: str, regions: bool
 ) -> dict[str, Any]:
     """The same requests through graph_generation, as docs/api.md shows it: the tokens, the decode
     rate, the decode runner's stats() and regions(); an error the requests raise is reported
     (`error`), not raised, so that the other rows stand."""
-    generation = graphed.graph_generation(model, device=device)
+    generation = graphed.graph_generation(model, device=device, regions=regions)
     request = functools.partial(greedy_generate, model, prompt)
     tokens = rate = error = None
     try:
@@ -345,7 +345,9 @@ def _generation_row(device: str = "cuda") -> dict[str, Any] | str:
     eager = functools.partial(greedy_generate, model, prompt, disable_compile=True)
     expected = eager(GEN_NEW_TOKENS)
     eager_rate = _decode_rate(eager, device)
-    run = _through_graph_generation(model, prompt, device)
+    run = _through_graph_generation(model, prompt, device, regions=True)
+    # graph_generation's default (regions off): the decode step runs eagerly.
+    default = _through_graph_generation(model, prompt, device, regions=False)
     keys = ("enabled", "disabled_reason", "captures", "replays", "eager_calls", "eager_forwards")
     return {
         "row": "llama generate",
@@ -360,6 +362,10 @@ def _generation_row(device: str = "cuda") -> dict[str, Any] | str:
         "eager_tokens_per_s": eager_rate,
         "graphed_tokens_per_s": run["rate"],
         "speedup": None if run["rate"] is None else run["rate"] / eager_rate,
+        "default_equal": default["tokens"] is not None
+        and bool(torch.equal(default["tokens"], expected)),
+        "default_tokens_per_s": default["rate"],
+        "default_speedup": None if default["rate"] is None else default["rate"] / eager_rate,
         "decode_runner": {key: run["stats"].get(key) for key in keys},
         "regions": _regions_summary(run["regions"], run["stats"]),
     }
@@ -373,8 +379,15 @@ def _print_generation(generation: dict[str, Any] | str) -> None:
     graphed_rate = f"{rate:8.1f} tok/s (x{generation['speedup']:.2f})" if error is None else error
     print(
         f"{generation['row']:<14} eager {generation['eager_tokens_per_s']:8.1f} tok/s, "
-        f"graphed {graphed_rate}  equal={generation['equal']}"
+        f"graphed regions=True {graphed_rate}  equal={generation['equal']}"
     )
+    default_rate = generation["default_tokens_per_s"]
+    if default_rate is not None:
+        print(
+            f"{generation['row']:<14} graph_generation's default (regions=False) "
+            f"{default_rate:8.1f} tok/s (x{generation['default_speedup']:.2f})  "
+            f"equal={generation['default_equal']}"
+        )
     regions = generation["regions"]
     print(
         f"generate regions: {regions['graphed']} graphed, {regions['eager']} eager, "

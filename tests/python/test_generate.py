@@ -655,3 +655,40 @@ def test_requests_on_caches_generate_makes_and_caches_kept_alive_on_the_gpu(fami
     # Each kept cache but the last is copied out by the request after it; the caches not kept
     # are gone by then.
     assert stats["cache_copies_out"] == len(got_caches) - 1, stats
+
+
+def _fail_captures_of(module: torch.nn.Module) -> None:
+    """Makes `module` fail the probe and the capture, as a synchronizing operator does."""
+    from graphed import _phases
+
+    def refuse(_module, _args):
+        if int(torch.ops.graphed.forward_phase()) in (_phases.PHASE_PROBE, _phases.PHASE_CAPTURE):
+            raise RuntimeError("planted: this layer cannot be captured")
+
+    module.register_forward_pre_hook(refuse)
+
+
+@pytest.mark.parametrize("regions", [None, True])
+def test_a_decode_step_that_cannot_be_captured_runs_eagerly_unless_regions_are_asked_for(
+    emulated_backend, regions
+):
+    """graph_generation's default keeps regions off (graphing the parts around a synchronizing
+    decode step measured slower than eager): the decode step runs eagerly, eager's tokens; with
+    regions=True the model's parts are graphed."""
+    model = _build(_llama, "cpu")
+    prompt = _prompt(model, "cpu")
+    want = _generate(model, prompt, cache_implementation="static")
+    _fail_captures_of(model.model.layers[1].mlp)
+    options = {} if regions is None else {"regions": regions}
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend, **options)
+    try:
+        got = _generate(model, prompt, cache_implementation="static")
+        assert not generation.stats()["enabled"]
+        described = generation.graphed.regions()
+    finally:
+        generation.remove()
+    if regions is None:
+        assert torch.equal(got, want)
+        assert described == []
+    else:
+        assert any(entry["state"] == "graphed" for entry in described), described

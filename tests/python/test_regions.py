@@ -499,7 +499,7 @@ def test_generate_whose_decode_step_synchronizes_graphs_the_models_parts():
     prompt = torch.randint(1, 1000, (1, 16), generator=torch.Generator().manual_seed(2))
     prompt = prompt.to("cuda")
     expected = greedy_generate(model, prompt, 12, disable_compile=True)
-    generation = graphed.graph_generation(model, device="cuda")
+    generation = graphed.graph_generation(model, device="cuda", regions=True)
     try:
         for _ in range(3):
             assert torch.equal(greedy_generate(model, prompt, 12), expected)
