@@ -81,10 +81,18 @@ def _resize_storage(m: TwoLayers) -> None:
     # FSDP-style: the storage is freed and allocated again, same tensor object
     weight = m.b.weight
     values = weight.detach().clone()
-    weight.untyped_storage().resize_(0)
-    # what the freed block could be handed to, so that the storage's new one is elsewhere
-    occupying = torch.empty_like(values)
-    weight.untyped_storage().resize_(values.numel() * values.element_size())
+    old_address = weight.data_ptr()
+    # What the freed block could be handed to, held until the storage's new block is elsewhere:
+    # an allocator may hand the same block back (then a graph would read the new values there
+    # anyway, and the emulated backend's replay could not tell).
+    occupying = []
+    for _ in range(16):
+        weight.untyped_storage().resize_(0)
+        occupying.append(torch.empty_like(values))
+        weight.untyped_storage().resize_(values.numel() * values.element_size())
+        if weight.data_ptr() != old_address:
+            break
+    assert weight.data_ptr() != old_address, "the allocator kept handing the same block back"
     del occupying
     with torch.no_grad():
         weight.copy_(values * 3)
