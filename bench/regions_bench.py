@@ -331,7 +331,8 @@ def _through_graph_generation(
 
 
 def _generation_row(device: str = "cuda") -> dict[str, Any] | str:
-    """The generate() row: eager, then through graph_generation on the same model."""
+    """The generate() row: eager, then through graph_generation on the same model, with
+    regions=True and with its default (regions off)."""
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         return "skipped: no CUDA device"
     try:
