@@ -245,7 +245,7 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
                          const gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
                          size_t keep_alive_count, const gf_call_options *options, gf_pool *results,
                          gf_error *err) {
-  static const gf_call_options defaults = {0, 0, NULL, NULL};
+  static const gf_call_options defaults = {0, 0, NULL, NULL, 0};
   if (options == NULL) {
     options = &defaults;
   }
@@ -293,6 +293,10 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   if (entry == NULL) {
     int guard_started = 0;
     if (gf_runner_holds_back_new_key(runner, &guard_started)) {
+      if (options->eager_by_caller && !guard_started) {
+        runner->eager_calls++;
+        return GF_RUN_EAGER;
+      }
       status = gf_runner_run_eager(runner, inputs, input_count, options, results, err);
       if (guard_started) {
         gf_runner_report_churn(runner);

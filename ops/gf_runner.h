@@ -82,6 +82,11 @@ typedef struct gf_call_options {
   unsigned char *mutated_inputs;
   /* NULL, or where the call says which entry served it (see gf_served_entry). */
   gf_served_entry *served;
+  /* 1: a new key held back (the churn guard's, gf_churn.h, or an out-of-memory back-off's,
+   * gf_backoff.h) is not run here but returns GF_RUN_EAGER, counted as an eager call, for the
+   * caller to run its forward eagerly without the host's forward operator; the call that starts
+   * the guard still runs here, so that the host has seen it when told of the start. */
+  int eager_by_caller;
 } gf_call_options;
 
 /* Makes a runner on backend (NULL: the one chosen at load). The runner takes host.context and

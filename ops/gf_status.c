@@ -46,6 +46,8 @@ const char *gf_status_name(gf_status code) {
     return "the forward raised";
   case GF_ERR_DEVICE_MEMORY:
     return "out of device memory";
+  case GF_RUN_EAGER:
+    return "run eager by the caller";
   }
   return "unknown status";
 }

@@ -19,7 +19,9 @@ typedef enum gf_status {
   GF_ERR_DISABLED,         /* the runner is disabled; the call must run eager */
   GF_ERR_NOT_FOUND,        /* no such runner or entry */
   GF_ERR_FORWARD,          /* the forward raised an error of its own; the caller re-raises it */
-  GF_ERR_DEVICE_MEMORY     /* the device ran out of memory while warming up or capturing */
+  GF_ERR_DEVICE_MEMORY,    /* the device ran out of memory while warming up or capturing */
+  GF_RUN_EAGER /* not a failure: nothing ran, the caller runs the forward eagerly itself (a new key
+                * held back, when gf_call_options.eager_by_caller asks) */
 } gf_status;
 
 enum { GF_ERROR_MESSAGE_CAPACITY = 512 };

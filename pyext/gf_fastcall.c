@@ -32,6 +32,11 @@
  * GraphedForward call enters through `call` first (`call_flat` follows its FALLBACK), so the one
  * check serves both.
  *
+ * A new key the core holds back (the churn guard's, after the call that started it; an
+ * out-of-memory back-off's) comes back from `call` as the RUN_EAGER object, and GraphedForward
+ * runs the module itself: through the core's forward operator such a call cost about 60 us more
+ * than eager on the H200's host, most of a storm's overhead (gf_call_options.eager_by_caller).
+ *
  * The fast path holds a strong reference to each input tensor object for the whole call (the
  * walk's `objects`), and a forward the core runs gets kwargs decoded from the key bytes, never
  * read again from the caller's containers: a forward (or another thread) that replaces a tensor
@@ -61,6 +66,7 @@ static int gf_calls_in_flight;
 static PyObject *gf_fallback;    /* returned when the fast path does not apply */
 static PyObject *gf_reentered;   /* returned for a call from inside its own forward */
 static PyObject *gf_changed;     /* returned when the state's watch fired (see gf_baked.h) */
+static PyObject *gf_run_eager;   /* returned for a new key the core holds back (GF_RUN_EAGER) */
 static PyObject *gf_placeholder; /* a tensor slot in an output template */
 /* What both entries return for a call verify mode compares with eager: SampledCall(result,
  * served), a struct sequence (see gf_sampled_if_due). */
@@ -387,7 +393,9 @@ static PyObject *gf_sampled_if_due(const gf_call_state *state, unsigned long lon
 static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_in_flight *call,
                                 PyObject *outputs) {
   PyObject *rebuilt = NULL;
-  if (status != GF_OK && call->error != NULL) {
+  if (status == GF_RUN_EAGER) {
+    rebuilt = Py_NewRef(gf_run_eager);
+  } else if (status != GF_OK && call->error != NULL) {
     PyErr_Clear();
     PyObject *error = call->error;
     PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(error)), Py_NewRef(error),
@@ -668,7 +676,7 @@ static PyObject *gf_walked_of(PyObject *self, PyObject *template) {
 static PyMethodDef gf_fastcall_methods[] = {
     {"call", (PyCFunction)(void (*)(void))gf_fast_call, METH_FASTCALL,
      "call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive, held) -> output, "
-     "FALLBACK, REENTERED or CHANGED"},
+     "FALLBACK, REENTERED, CHANGED or RUN_EAGER"},
     {"call_flat", (PyCFunction)(void (*)(void))gf_flat_call, METH_FASTCALL,
      "call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) -> "
      "output or REENTERED"},
@@ -734,9 +742,12 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
   gf_fallback = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_reentered = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_changed = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+  gf_run_eager = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_placeholder = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
-  if (gf_fallback == NULL || gf_reentered == NULL || gf_changed == NULL || gf_placeholder == NULL ||
-      gf_baked_init() != 0 || PyModule_AddObjectRef(module, "CHANGED", gf_changed) != 0 ||
+  if (gf_fallback == NULL || gf_reentered == NULL || gf_changed == NULL || gf_run_eager == NULL ||
+      gf_placeholder == NULL || gf_baked_init() != 0 ||
+      PyModule_AddObjectRef(module, "CHANGED", gf_changed) != 0 ||
+      PyModule_AddObjectRef(module, "RUN_EAGER", gf_run_eager) != 0 ||
       PyModule_AddObjectRef(module, "FALLBACK", gf_fallback) != 0 ||
       PyModule_AddObjectRef(module, "REENTERED", gf_reentered) != 0 ||
       PyModule_AddObjectRef(module, "PLACEHOLDER", gf_placeholder) != 0 ||

@@ -173,7 +173,7 @@ c10::List<at::Tensor> run_forward(int64_t runner_id, c10::string_view key,
   std::vector<gf_tensor> described = describe_borrowed(inputs, nullptr);
   std::vector<gf_tensor> held = describe_borrowed(keep_alive, &dense_keep_alive);
   // served stays NULL: call_runner takes the CPython entry's request, if any, under the lock.
-  gf_call_options options{pin ? 1 : 0, static_outputs ? 1 : 0, nullptr, nullptr};
+  gf_call_options options{pin ? 1 : 0, static_outputs ? 1 : 0, nullptr, nullptr, 0};
   ListOfOutputs outputs;
   gf_error err{};
   gf_status status =

@@ -19,6 +19,7 @@ __all__ = [
     "CPU_INPUT_CHOICES",
     "NO_HELD",
     "RESERVED_KWARGS",
+    "bind_positional",
     "check_callable",
     "check_keep_alive",
     "check_options",
@@ -130,6 +131,22 @@ def positional_names(module: Any) -> tuple[tuple[str, ...], str | None]:
                 f"its forward takes *{parameter.name}, which has no names to key the arguments by"
             )
     return tuple(names), None
+
+
+def bind_positional(
+    name: str, names: tuple[str, ...], limit: str | None, args: tuple, kwargs: dict
+) -> dict:
+    """The kwargs a call of the runner called `name` with positional `args` makes: each bound to
+    its parameter's name (`names` and `limit`, from positional_names), before the keywords, as
+    Python binds them (so that f(x, t=1) and f(x=x, t=1) share a key)."""
+    if len(args) > len(names):
+        raise TypeError(positional_refusal(name, names, limit, len(args)))
+    bound = dict(zip(names, args, strict=False))
+    if not kwargs.keys().isdisjoint(bound):
+        twice = next(parameter for parameter in names if parameter in bound and parameter in kwargs)
+        raise TypeError(f"{name}: got multiple values for argument {twice!r}")
+    bound.update(kwargs)
+    return bound
 
 
 def positional_refusal(name: str, names: tuple[str, ...], limit: str | None, given: int) -> str:

@@ -16,6 +16,7 @@ over two devices (it serves the device it was made for, and refuses inputs and m
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from ._device_hooks import hooks_for, resolve_device
 from ._memory import MemoryPool, pool_id_of
 from ._module_methods import ModuleMethods
 from ._native import _graphed_fastcall as _fastcall
-from ._tree import flatten_kwargs, flatten_output, rebuild_output, unflatten
+from ._tree import flatten_kwargs, flatten_output, kwargs_of, rebuild_output
 
 __all__ = ["GraphedForward"]
 
@@ -38,6 +39,7 @@ _log = logging.getLogger("graphed")
 _FALLBACK = _fastcall.FALLBACK
 _REENTERED = _fastcall.REENTERED
 _CHANGED = _fastcall.CHANGED
+_RUN_EAGER = _fastcall.RUN_EAGER
 # Bound once, for the call path.
 _pop_options = _arguments.pop_options
 _split_keep_alive = _arguments.split_keep_alive
@@ -116,7 +118,11 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self._splits_into_regions = regions
         self._hooks = hooks_for(self.device.type)
         self._capture_context = capture_context
-        self._positional_names, self._positional_limit = _arguments.positional_names(module)
+        self._positional_names, limit = _arguments.positional_names(module)
+        # The kwargs a positional call makes: (args, kwargs) -> kwargs (_arguments.bind_positional).
+        self._bind_positional = functools.partial(
+            _arguments.bind_positional, name, self._positional_names, limit
+        )
         self._inputs_to_device = cpu_inputs == "to_device" and self.device.type != "cpu"
         self._start(max_entries, warmup_iters, enabled, backend, verification, churn_limit)
 
@@ -144,7 +150,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self._watch = Watch(self._call_state)
         self._runs = _phases.ForwardRuns(self.name)
         # The kwargs of the latest calls without a graph, for the churn guard's warning.
-        self._new_keys = NewKeys()
+        self._new_keys = NewKeys(kwargs_of)
         # Per thread, as re-entry is: how deep this runner's forward runs on this thread now (a
         # call from inside it is its own re-entry; another thread's call is a call of its own).
         self._forwards_here = threading.local()
@@ -237,6 +243,8 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         if result is _FALLBACK:
             options = (held_tensors, pin, static_outputs, held_objects)
             result = self._call_flat(kwargs, variant, options)
+        if result is _RUN_EAGER:
+            return self._held_back(kwargs)
         if result is _REENTERED:
             # A call from inside this instance's own forward (the forward calls its GraphedForward
             # again): eager, as the forward would run without graphed (see gf_fastcall.c).
@@ -292,21 +300,18 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             flatten_output(result)  # refuses, by its path, an output no graph could rebuild
         return result
 
-    def _bind_positional(self, args: tuple, kwargs: dict) -> dict:
-        """The kwargs a call with positional arguments makes: each bound to its parameter's name,
-        before the keywords, as Python binds them (so that f(x, t=1) and f(x=x, t=1) share a
-        key)."""
-        names = self._positional_names
-        if len(args) > len(names):
-            raise TypeError(
-                _arguments.positional_refusal(self.name, names, self._positional_limit, len(args))
-            )
-        bound = dict(zip(names, args, strict=False))
-        if not kwargs.keys().isdisjoint(bound):
-            twice = next(name for name in names if name in bound and name in kwargs)
-            raise TypeError(f"{self.name}: got multiple values for argument {twice!r}")
-        bound.update(kwargs)
-        return bound
+    def _held_back(self, kwargs: dict) -> Any:
+        """A new key the core holds back (ops/gf_churn.h, gf_backoff.h), counted there: run here,
+        not through the core's forward operator (about 60 us a call more on the H200's host),
+        settling what it re-assigned and refusing an output no graph could rebuild, as that path
+        does."""
+        result = self._eager(kwargs)
+        changed = self._watch.settle(self.module)
+        if changed:
+            self._runs.name_side_effects(changed)
+        if _fastcall.output_template(result) is None:
+            flatten_output(result)
+        return result
 
     def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The body of the forward operator the core calls for probe, warm-up, capture and eager
@@ -324,12 +329,12 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         # A dict is the kwargs the C walker took, decoded from the call's key (a snapshot made
         # before any forward ran); anything else is the TreeSpec of the Python path.
         inputs = list(inputs)
-        kwargs = (
-            _fastcall.decode(state.key, inputs) if type(tree) is dict else unflatten(tree, inputs)
-        )
+        source = state.key if type(tree) is dict else tree
+        kwargs = kwargs_of(source, inputs)
         phase = state.phase
         if phase == _PHASE_CAPTURE or phase == _PHASE_EAGER:
-            self._new_keys.record(kwargs)  # a call without a graph: the churn guard names them
+            # A call without a graph: the churn guard names what changes among them.
+            self._new_keys.record(source, inputs)
         watch, runs, here = self._watch, self._runs, self._forwards_here
         settles_state = watch.baked is not None and phase in (_PHASE_CAPTURE, _PHASE_EAGER)
         if settles_state and phase == _PHASE_CAPTURE:

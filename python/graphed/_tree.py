@@ -127,6 +127,8 @@ class _BadTensor(_PathError):
 # an import statement per tensor cost 1.5 us each on the H200's host (100 us a call at 64 tensors).
 # test_tree.py, which loads this file without the package, sets its own.
 _native_refusal: Callable[[torch.Tensor], tuple[type[Exception], str] | None] | None = None
+# The extension's decoder of a fast-path key, looked up at the first use and kept, likewise.
+_native_decode: Callable[[bytes, list], dict] | None = None
 
 
 def _check_tensor(tensor: torch.Tensor) -> None:
@@ -449,6 +451,19 @@ def unflatten(spec: TreeSpec, tensors: list[torch.Tensor]) -> Any:
     if len(tensors) != spec.num_tensors:
         raise ValueError(f"spec has {spec.num_tensors} tensor slots, got {len(tensors)} tensors")
     return _rebuild(spec.root, iter(tensors))
+
+
+def kwargs_of(source: bytes | TreeSpec, tensors: list[torch.Tensor]) -> dict:
+    """The kwargs of a call from what the core keeps of it, with `tensors` in the tensor slots:
+    the C walker's key (bytes) decoded, or the Python path's TreeSpec unflattened."""
+    global _native_decode
+    if type(source) is bytes:
+        if _native_decode is None:
+            from ._native._graphed_fastcall import decode
+
+            _native_decode = decode
+        return _native_decode(source, tensors)
+    return unflatten(source, tensors)
 
 
 def kwargs_signature(kwargs: dict, variant: Any = None) -> tuple:

@@ -54,6 +54,26 @@ TEST_F(Churn, AKeyThatComesASecondTimeIsCapturedAndGraphsKeepReplaying) {
   EXPECT_EQ(stats.replays, 6u + 2u + 6u) << "each capture's replay, round 2's hits, round 3";
 }
 
+TEST_F(Churn, AHeldBackKeyComesBackToACallerThatRunsItEagerly) {
+  CreateGuarded(1);
+  gf_call_options by_caller = kDefault;
+  by_caller.eager_by_caller = 1;
+  CallRows(1);
+  // The call that starts the guard runs here, so that the host is told after it has seen it.
+  CallExpectingCorrect(MakeInputs(1, {2}, 2.0f), by_caller);
+  Inputs third = MakeInputs(1, {3}, 3.0f);
+  Result held = Call(third.views, by_caller);
+  EXPECT_EQ(held.status, GF_RUN_EAGER) << held.message;
+  EXPECT_TRUE(held.values.empty()) << "nothing ran: the caller runs the forward";
+  EXPECT_EQ(host_.phase_calls[GF_PHASE_EAGER], 1u) << "only the call that started the guard";
+  const gf_runner_stats stats = Stats();
+  EXPECT_EQ(stats.eager_calls, 2u) << "the held-back call counts as eager";
+  EXPECT_EQ(stats.churn_eager_calls, 2u);
+  EXPECT_EQ(stats.captures, 1u);
+  CallExpectingCorrect(third, by_caller); // its second sight: captured
+  EXPECT_EQ(Stats().captures, 2u);
+}
+
 TEST_F(Churn, HitsInARowEndTheGuard) {
   CreateGuarded(1);
   CallRows(1);
