@@ -46,10 +46,9 @@ struct gf_baked {
   PyObject *snapshots; /* a tuple: each one's items when armed (a tuple) */
   gf_watched_sequence *watched_sequences;
   size_t sequence_count;
-  uint64_t mutations;     /* Python 3.12+: gf_dict_mutations when armed */
-  uint64_t *versions;     /* before 3.12: each dict's version tag when armed */
-  const void **impls;     /* each tensor's TensorImpl */
-  const void **addresses; /* and its data address when armed */
+  uint64_t mutations;                 /* Python 3.12+: gf_dict_mutations when armed */
+  uint64_t *versions;                 /* before 3.12: each dict's version tag when armed */
+  gf_watched_tensor *watched_tensors; /* each tensor as armed */
   size_t tensor_count;
 };
 
@@ -75,8 +74,7 @@ void gf_baked_free(gf_baked *baked) {
   Py_XDECREF(baked->snapshots);
   free(baked->watched_sequences);
   free(baked->versions);
-  free(baked->impls);
-  free(baked->addresses);
+  free(baked->watched_tensors);
   free(baked);
 }
 
@@ -111,9 +109,8 @@ static int gf_baked_arm_dicts(gf_baked *baked) {
 
 static int gf_baked_arm_tensors(gf_baked *baked) {
   const size_t count = (size_t)PyTuple_GET_SIZE(baked->tensors);
-  baked->impls = calloc(count + 1, sizeof *baked->impls);
-  baked->addresses = calloc(count + 1, sizeof *baked->addresses);
-  if (baked->impls == NULL || baked->addresses == NULL) {
+  baked->watched_tensors = calloc(count + 1, sizeof *baked->watched_tensors);
+  if (baked->watched_tensors == NULL) {
     PyErr_NoMemory();
     return -1;
   }
@@ -123,7 +120,7 @@ static int gf_baked_arm_tensors(gf_baked *baked) {
       PyErr_Format(PyExc_TypeError, "graphed: watched item %zu is not a tensor", i);
       return -1;
     }
-    gf_fastcall_torch_data_address(tensor, &baked->impls[i], &baked->addresses[i]);
+    gf_fastcall_torch_watch_tensor(tensor, &baked->watched_tensors[i]);
   }
   baked->tensor_count = count;
   return 0;
@@ -245,5 +242,5 @@ int gf_baked_changed(const gf_baked *baked) {
       return 1;
     }
   }
-  return gf_fastcall_torch_addresses_moved(baked->impls, baked->addresses, baked->tensor_count);
+  return gf_fastcall_torch_tensors_moved(baked->watched_tensors, baked->tensor_count);
 }

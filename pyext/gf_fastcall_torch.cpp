@@ -89,22 +89,34 @@ const void *data_address_of(const c10::TensorImpl *impl) {
 
 } // namespace
 
-extern "C" void gf_fastcall_torch_data_address(PyObject *obj, const void **impl,
-                                               const void **address) {
-  const c10::TensorImpl *tensor = THPVariable_Unpack(obj).unsafeGetTensorImpl();
-  *impl = tensor;
+extern "C" void gf_fastcall_torch_watch_tensor(PyObject *obj, gf_watched_tensor *out) {
+  const c10::TensorImpl *impl = THPVariable_Unpack(obj).unsafeGetTensorImpl();
+  *out = gf_watched_tensor{impl, nullptr, nullptr, 0};
   try {
-    *address = data_address_of(tensor);
+    if (data_address_of(impl) != nullptr) {
+      const c10::StorageImpl *storage = impl->unsafe_storage().unsafeGetStorageImpl();
+      *out = gf_watched_tensor{impl, storage, storage->data_ptr().get(), impl->storage_offset()};
+    }
   } catch (...) {
-    *address = nullptr; // a tensor whose offset torch will not say: watched by its dicts alone
+    // a tensor whose offset torch will not say: "nowhere", as data_address_of has it
   }
 }
 
-extern "C" int gf_fastcall_torch_addresses_moved(const void *const *impls,
-                                                 const void *const *addresses, size_t count) {
+extern "C" int gf_fastcall_torch_tensors_moved(const gf_watched_tensor *tensors, size_t count) {
   try {
     for (size_t i = 0; i < count; ++i) {
-      if (data_address_of(static_cast<const c10::TensorImpl *>(impls[i])) != addresses[i]) {
+      const gf_watched_tensor &watched = tensors[i];
+      const auto *impl = static_cast<const c10::TensorImpl *>(watched.impl);
+      if (watched.storage == nullptr) {
+        // recorded "nowhere": only a move to somewhere changes it
+        if (data_address_of(impl) != nullptr) {
+          return 1;
+        }
+        continue;
+      }
+      const c10::StorageImpl *storage = impl->unsafe_storage().unsafeGetStorageImpl();
+      if (storage != watched.storage || storage->data_ptr().get() != watched.data ||
+          impl->storage_offset() != watched.offset) {
         return 1;
       }
     }
@@ -337,7 +349,8 @@ extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, gf_call_in_flight
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
     FastCallParty party(call, *slot);
-    gf_call_options options{pin, static_outputs, nullptr, party.served()};
+    // A key the core holds back comes back as GF_RUN_EAGER: GraphedForward runs it (_held_back).
+    gf_call_options options{pin, static_outputs, nullptr, party.served(), 1};
     gf_status status = graphed::call_runner(
         *slot, key, key_length, inputs, input_count, keep_alive, keep_alive_count, options,
         graphed::LockPolicy::release_interpreter_lock, party, err);

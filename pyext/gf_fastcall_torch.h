@@ -44,13 +44,22 @@ enum {
  * C++ exception out: anything torch throws is GF_DESCRIBE_UNSUPPORTED. */
 int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const char **why);
 
-/* A watched tensor (pyext/gf_baked.h): its TensorImpl and where its elements start now. obj must be
- * a tensor (gf_fastcall_torch_is_tensor); never throws. */
-void gf_fastcall_torch_data_address(PyObject *obj, const void **impl, const void **address);
-/* 1 when any of `count` TensorImpls (kept alive by the caller) no longer starts where `addresses`
- * says; 0 otherwise. The per-call check of gf_baked_changed: three loads a tensor. */
-int gf_fastcall_torch_addresses_moved(const void *const *impls, const void *const *addresses,
-                                      size_t count);
+/* A watched tensor (pyext/gf_baked.h) as its check reads it: its TensorImpl, the StorageImpl it
+ * held, that storage's data and the tensor's offset in it when armed. storage is NULL for a
+ * tensor whose offset torch will not say (symbolic sizes): it is watched by its dicts alone. */
+typedef struct gf_watched_tensor {
+  const void *impl; /* kept alive by the watch's reference to the tensor object */
+  const void *storage;
+  const void *data;
+  int64_t offset;
+} gf_watched_tensor;
+
+/* Records `obj` (a tensor: gf_fastcall_torch_is_tensor) as it is now; never throws. */
+void gf_fastcall_torch_watch_tensor(PyObject *obj, gf_watched_tensor *out);
+/* 1 when any of `count` watched tensors holds another storage, its storage other data, or it
+ * another offset; 0 otherwise. The per-call check of gf_baked_changed: three loads a tensor, all
+ * compared with what was recorded (no element size looked up, nothing computed). */
+int gf_fastcall_torch_tensors_moved(const gf_watched_tensor *tensors, size_t count);
 /* The tensor object a descriptor from gf_fastcall_torch_describe was made of (a new reference). */
 PyObject *gf_fastcall_torch_object_of(const gf_tensor *tensor);
 
