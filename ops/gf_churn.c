@@ -21,15 +21,17 @@ static int gf_churn_seen_before(gf_churn *churn, uint64_t key_hash) {
   return 0;
 }
 
-int gf_churn_admit(gf_churn *churn, uint64_t key_hash, int *started) {
+int gf_churn_admit(gf_churn *churn, uint64_t key_hash, uint64_t tensors_hash, int *started) {
   *started = 0;
   churn->hits_in_a_row = 0;
+  const int values_only = churn->misses_in_a_row > 0 && churn->tensors_before == tensors_hash;
+  churn->tensors_before = tensors_hash;
   ++churn->misses_in_a_row;
   if (churn->limit == 0) {
     return 1;
   }
   if (!churn->guarding) {
-    if (churn->misses_in_a_row <= churn->limit) {
+    if (churn->misses_in_a_row <= churn->limit && !values_only) {
       return 1;
     }
     churn->guarding = 1;

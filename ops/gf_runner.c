@@ -233,12 +233,22 @@ static int gf_runner_holds_back_new_key(gf_runner *runner, int *guard_started) {
   if (runner->host.agree != NULL) {
     return 0;
   }
-  const uint64_t key_hash = runner->scratch_signature.hash;
+  const gf_signature *signature = &runner->scratch_signature;
+  const uint64_t key_hash = signature->hash;
   if (gf_backoff_holds(&runner->backoff, key_hash, gf_runner_calls(runner),
                        runner->cache.evictions)) {
     return 1;
   }
-  return !gf_churn_admit(&runner->churn, key_hash, guard_started);
+  /* The signature's bytes after the caller's key: its tensors' dtypes, devices and shapes. */
+  size_t key_length = 0;
+  const unsigned char *key = gf_signature_key(signature, &key_length);
+  uint64_t tensors_hash = 0;
+  if (key != NULL) {
+    const unsigned char *tensors = key + key_length;
+    tensors_hash = gf_signature_default_hash(
+        tensors, (size_t)(signature->bytes + signature->length - tensors));
+  }
+  return !gf_churn_admit(&runner->churn, key_hash, tensors_hash, guard_started);
 }
 
 gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,

@@ -54,6 +54,32 @@ TEST_F(Churn, AKeyThatComesASecondTimeIsCapturedAndGraphsKeepReplaying) {
   EXPECT_EQ(stats.replays, 6u + 2u + 6u) << "each capture's replay, round 2's hits, round 3";
 }
 
+TEST_F(Churn, AValueThatChangesEveryCallStartsTheGuardAtItsSecondNewKey) {
+  CreateGuarded(2);
+  Inputs inputs = MakeInputs(1, {4}, 1.0f);
+  for (int value = 0; value < 10; ++value) {
+    Result result = Call(inputs.views, kDefault, "scale=" + std::to_string(value));
+    ASSERT_EQ(result.status, GF_OK) << result.message;
+    EXPECT_EQ(result.values.at(0), Expected(inputs.views));
+  }
+  const gf_runner_stats stats = Stats();
+  EXPECT_EQ(stats.captures, 1u) << "the same tensors with another value: held back at once";
+  EXPECT_EQ(stats.churn_eager_calls, 9u);
+  EXPECT_EQ(stats.churn_guarding, 1);
+}
+
+TEST_F(Churn, ADecodeLoopIsNeverGuarded) {
+  CreateGuarded(2);
+  CallRows(16); // the prompt, then one shape per token
+  for (int token = 0; token < 8; ++token) {
+    CallRows(1);
+  }
+  const gf_runner_stats stats = Stats();
+  EXPECT_EQ(stats.captures, 2u);
+  EXPECT_EQ(stats.churn_eager_calls, 0u);
+  EXPECT_EQ(stats.churn_guarding, 0);
+}
+
 TEST_F(Churn, AHeldBackKeyComesBackToACallerThatRunsItEagerly) {
   CreateGuarded(1);
   gf_call_options by_caller = kDefault;
