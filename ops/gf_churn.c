@@ -21,8 +21,8 @@ static int gf_churn_seen_before(gf_churn *churn, uint64_t key_hash) {
   return 0;
 }
 
-int gf_churn_admit(gf_churn *churn, uint64_t key_hash, uint64_t tensors_hash, int *started) {
-  *started = 0;
+int gf_churn_admit(gf_churn *churn, uint64_t key_hash, uint64_t tensors_hash, int *report) {
+  *report = 0;
   churn->hits_in_a_row = 0;
   const int values_only = churn->misses_in_a_row > 0 && churn->tensors_before == tensors_hash;
   churn->tensors_before = tensors_hash;
@@ -36,7 +36,11 @@ int gf_churn_admit(gf_churn *churn, uint64_t key_hash, uint64_t tensors_hash, in
     }
     churn->guarding = 1;
     ++churn->trips;
-    *started = 1;
+    churn->report_pending = churn->misses_in_a_row <= churn->limit; /* a value storm's start */
+    *report = !churn->report_pending;
+  } else if (churn->report_pending && churn->misses_in_a_row >= GF_CHURN_VALUE_REPORT) {
+    churn->report_pending = 0;
+    *report = 1;
   }
   /* 0 marks an empty slot: a key hashing to 0 is remembered as 1 (a collision costs a capture). */
   const uint64_t remembered = key_hash != 0 ? key_hash : 1;
@@ -49,10 +53,17 @@ int gf_churn_admit(gf_churn *churn, uint64_t key_hash, uint64_t tensors_hash, in
   return 0;
 }
 
+void gf_churn_forget(gf_churn *churn) {
+  if (churn->misses_in_a_row > 0) {
+    --churn->misses_in_a_row;
+  }
+}
+
 void gf_churn_restart(gf_churn *churn) {
   churn->misses_in_a_row = 0;
   churn->hits_in_a_row = 0;
   churn->guarding = 0;
+  churn->report_pending = 0;
   memset(churn->seen, 0, sizeof churn->seen);
   churn->seen_next = 0;
 }

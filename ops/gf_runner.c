@@ -212,9 +212,9 @@ const char *gf_runner_disabled_reason(const gf_runner *runner) {
 
 const char *gf_runner_backend_name(const gf_runner *runner) { return runner->backend->name; }
 
-/* Tells the host the churn guard (gf_churn.h) started: a CHURN event saying how many new keys
- * came in a row. Sent after the call that started it ran eager, so that a host naming what
- * changed from call to call has seen that call too. */
+/* Tells the host the churn guard (gf_churn.h) holds new keys back: a CHURN event saying how many
+ * new keys came in a row. Sent after the call that makes the report ran eager, so that a host
+ * naming what changed from call to call has seen that call too. */
 static void gf_runner_report_churn(gf_runner *runner) {
   char message[256];
   snprintf(message, sizeof message,
@@ -226,10 +226,11 @@ static void gf_runner_report_churn(gf_runner *runner) {
 
 /* Whether the scratch signature's new key runs eager instead of capturing: held back since it ran
  * out of device memory (Note [Out of device memory while capturing], gf_capture.c), or by the
- * churn guard, *guard_started saying whether this call started it. A runner that agrees over a
- * process group always captures, as its ranks must capture at the same calls. */
-static int gf_runner_holds_back_new_key(gf_runner *runner, int *guard_started) {
-  *guard_started = 0;
+ * churn guard, *report saying whether the host is to be told of the guard now (gf_churn_admit).
+ * A runner that agrees over a process group always captures, as its ranks must capture at the
+ * same calls. */
+static int gf_runner_holds_back_new_key(gf_runner *runner, int *report) {
+  *report = 0;
   if (runner->host.agree != NULL) {
     return 0;
   }
@@ -248,7 +249,7 @@ static int gf_runner_holds_back_new_key(gf_runner *runner, int *guard_started) {
     tensors_hash = gf_signature_default_hash(
         tensors, (size_t)(signature->bytes + signature->length - tensors));
   }
-  return !gf_churn_admit(&runner->churn, key_hash, tensors_hash, guard_started);
+  return !gf_churn_admit(&runner->churn, key_hash, tensors_hash, report);
 }
 
 gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
@@ -301,20 +302,23 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   }
   gf_entry *entry = gf_cache_lookup(&runner->cache, &runner->scratch_signature);
   if (entry == NULL) {
-    int guard_started = 0;
-    if (gf_runner_holds_back_new_key(runner, &guard_started)) {
-      if (options->eager_by_caller && !guard_started) {
+    int report = 0;
+    if (gf_runner_holds_back_new_key(runner, &report)) {
+      if (options->eager_by_caller && !report) {
         runner->eager_calls++;
         return GF_RUN_EAGER;
       }
       status = gf_runner_run_eager(runner, inputs, input_count, options, results, err);
-      if (guard_started) {
+      if (report) {
         gf_runner_report_churn(runner);
       }
       return status;
     }
     status = gf_runner_capture_and_replay(runner, inputs, input_count, keep_alive, keep_alive_count,
                                           options, results, err);
+    if (status == GF_ERR_FORWARD) {
+      gf_churn_forget(&runner->churn); /* a call that raised is no traffic */
+    }
   } else {
     gf_churn_hit(&runner->churn);
     status = gf_runner_replay(runner, entry, inputs, input_count, options, results, err);

@@ -84,8 +84,8 @@ typedef struct gf_call_options {
   gf_served_entry *served;
   /* 1: a new key held back (the churn guard's, gf_churn.h, or an out-of-memory back-off's,
    * gf_backoff.h) is not run here but returns GF_RUN_EAGER, counted as an eager call, for the
-   * caller to run its forward eagerly without the host's forward operator; the call that starts
-   * the guard still runs here, so that the host has seen it when told of the start. */
+   * caller to run its forward eagerly without the host's forward operator; a call after which the
+   * host is told of the guard still runs here, so that the host has seen it. */
   int eager_by_caller;
 } gf_call_options;
 

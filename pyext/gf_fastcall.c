@@ -32,10 +32,11 @@
  * GraphedForward call enters through `call` first (`call_flat` follows its FALLBACK), so the one
  * check serves both.
  *
- * A new key the core holds back (the churn guard's, after the call that started it; an
- * out-of-memory back-off's) comes back from `call` as the RUN_EAGER object, and GraphedForward
- * runs the module itself: through the core's forward operator such a call cost about 60 us more
- * than eager on the H200's host, most of a storm's overhead (gf_call_options.eager_by_caller).
+ * A new key the core holds back (the churn guard's, but for a call after which the host is told of
+ * it; an out-of-memory back-off's) comes back from `call` as the RUN_EAGER object, and
+ * GraphedForward runs the module itself: through the core's forward operator such a call cost about
+ * 60 us more than eager on the H200's host, most of a storm's overhead
+ * (gf_call_options.eager_by_caller).
  *
  * The fast path holds a strong reference to each input tensor object for the whole call (the
  * walk's `objects`), and a forward the core runs gets kwargs decoded from the key bytes, never

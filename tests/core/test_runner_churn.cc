@@ -55,17 +55,35 @@ TEST_F(Churn, AKeyThatComesASecondTimeIsCapturedAndGraphsKeepReplaying) {
 }
 
 TEST_F(Churn, AValueThatChangesEveryCallStartsTheGuardAtItsSecondNewKey) {
+  host_.observe = 1;
   CreateGuarded(2);
   Inputs inputs = MakeInputs(1, {4}, 1.0f);
   for (int value = 0; value < 10; ++value) {
     Result result = Call(inputs.views, kDefault, "scale=" + std::to_string(value));
     ASSERT_EQ(result.status, GF_OK) << result.message;
     EXPECT_EQ(result.values.at(0), Expected(inputs.views));
+    // Two values may be two requests' settings: told only after a few in a row.
+    EXPECT_EQ(host_.events[GF_EVENT_CHURN], value + 1 < GF_CHURN_VALUE_REPORT ? 0u : 1u) << value;
   }
   const gf_runner_stats stats = Stats();
   EXPECT_EQ(stats.captures, 1u) << "the same tensors with another value: held back at once";
   EXPECT_EQ(stats.churn_eager_calls, 9u);
   EXPECT_EQ(stats.churn_guarding, 1);
+  EXPECT_TRUE(Contains(host_.last_event[GF_EVENT_CHURN].message, "4 new keys in a row"))
+      << host_.last_event[GF_EVENT_CHURN].message;
+}
+
+TEST_F(Churn, ANewKeyWhoseForwardRaisedDoesNotCount) {
+  CreateGuarded(2);
+  Inputs inputs = MakeInputs(1, {4}, 1.0f);
+  host_.fail_forward_number = 1; // the first forward (the probe) raises its own error
+  host_.forward_error_is_own = 1;
+  Result failed = Call(inputs.views, kDefault, "fail=1");
+  ASSERT_EQ(failed.status, GF_ERR_FORWARD) << failed.message;
+  Result next = Call(inputs.views, kDefault, "fail=0"); // the same tensors, another value
+  ASSERT_EQ(next.status, GF_OK) << next.message;
+  EXPECT_EQ(Stats().captures, 1u) << "the call that raised is no traffic: this one captures";
+  EXPECT_EQ(Stats().churn_guarding, 0);
 }
 
 TEST_F(Churn, ADecodeLoopIsNeverGuarded) {

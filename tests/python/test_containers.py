@@ -105,8 +105,8 @@ def test_container_structure_and_context_are_in_the_key(emulated_backend):
     gf(d=OrderedDict(a=x, b=y))
     gf(d=OrderedDict(b=x, a=y))  # other keys order: another pytree context
     gf(d={"a": x, "b": y})  # a plain dict: another type
-    conditioning_scales = GraphedForward(
-        lambda *, c: c.hidden * c.scale, device="cpu", backend=emulated_backend
+    conditioning_scales = GraphedForward(  # churn_limit=0: two values in a row, each captured
+        lambda *, c: c.hidden * c.scale, device="cpu", backend=emulated_backend, churn_limit=0
     )
     h = torch.randn(3)
     # Each scale captures (its first call), so each value is the capture's, equal to eager.

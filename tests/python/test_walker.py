@@ -334,7 +334,9 @@ def test_reset_racing_calls_never_leaves_a_key_without_its_template(emulated_bac
 
 
 def test_lone_surrogate_strings_key_instead_of_raising(emulated_backend):
-    gf = GraphedForward(lambda *, x, tag: x, device="cpu", backend=emulated_backend)
+    # churn_limit=0: two values in a row, each of which must capture (the churn guard would run
+    # the second eagerly).
+    gf = GraphedForward(lambda *, x, tag: x, device="cpu", backend=emulated_backend, churn_limit=0)
     gf(x=torch.ones(2), tag="\ud800")
     gf(x=torch.ones(2), tag="\ud801")
     gf(x=torch.ones(2), tag="\ud800")
@@ -342,8 +344,11 @@ def test_lone_surrogate_strings_key_instead_of_raising(emulated_backend):
 
 
 def test_numpy_arrays_whose_reprs_agree_get_their_own_keys(emulated_backend):
-    gf = GraphedForward(
-        lambda *, x, table: x + float(table.sum()), device="cpu", backend=emulated_backend
+    gf = GraphedForward(  # churn_limit=0: two values in a row, each captured
+        lambda *, x, table: x + float(table.sum()),
+        device="cpu",
+        backend=emulated_backend,
+        churn_limit=0,
     )
     first = np.zeros(5000)
     second = np.zeros(5000)
