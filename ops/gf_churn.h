@@ -8,12 +8,12 @@
  * A new key whose tensors have the dtypes and shapes of the new key just before it (no hit
  * between), differing only in a non-tensor value, starts the guard at once (when limit > 0): a
  * Python number that changes every call makes every call such a key, and each capture of it costs
- * several forwards (a 40-call float storm measured 1.47x eager's time with two captures, 1.29x
- * with one, on the H200); a decode loop (prompt, then tokens) and a server's shapes differ in
- * shape and count against `limit` as before. Two such calls may be two requests' settings, so a
- * guard started this way is reported (the host warns) only once GF_CHURN_VALUE_REPORT new keys
- * have come in a row. A new key whose call raised (the forward's own error) is no traffic and does
- * not count (gf_churn_forget). */
+ * several forwards (a 40-call float storm measured 1.43-1.48x eager's time with two captures,
+ * 1.31-1.35x with one, on the H200); a decode loop (prompt, then tokens) and a server's shapes
+ * differ in shape and count against `limit` as before. Two such calls may be two requests'
+ * settings, so a guard started this way is reported (the host warns) only once
+ * GF_CHURN_VALUE_REPORT new keys have come in a row. A new key whose call raised (the forward's own
+ * error) is no traffic and does not count (gf_churn_forget). */
 #ifndef GF_CHURN_H
 #define GF_CHURN_H
 
