@@ -4,7 +4,9 @@ The emulated backend is no part of the product: it lives in the test plugin
 (libgraphed_testing.so, tests/plugin), built with the GoogleTest suites and never installed. Loading
 it after graphed registers "emulated" into graphed's backend registry; a runner gets it by naming it
 (`GraphedForward(..., backend=EMULATED)`, `graphed.Runner(..., backend=EMULATED)`), and
-`failing_captures()` makes its captures fail, as a synchronizing operator or a broken driver would.
+`failing_captures()` makes its captures fail, as a synchronizing operator or a broken driver would;
+`capturing_run()` and `fail_captures_of(module)` plant such a failure in one module's forward
+(on any backend), as a `.item()` the sync probe finds does.
 The `emulated_backend` fixture in conftest.py uses this, and so do the ranks the group tests start,
 which are plain processes without pytest fixtures.
 
@@ -23,7 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import graphed
-from graphed import _library
+import torch
+from graphed import _library, _phases
 
 EMULATED = "emulated"
 
@@ -79,3 +82,20 @@ def failing_captures() -> Iterator[None]:
         yield
     finally:
         _loaded.gf_emulated_fail_captures(0)
+
+
+def capturing_run() -> bool:
+    """Whether graphed runs the forward now to probe it or to capture it (the runs that a
+    synchronizing operator fails)."""
+    return int(torch.ops.graphed.forward_phase()) in (_phases.PHASE_PROBE, _phases.PHASE_CAPTURE)
+
+
+def fail_captures_of(module: torch.nn.Module) -> None:
+    """Makes `module` fail the probe and the capture, as a synchronizing operator does; its eager
+    runs and warm-ups run as before."""
+
+    def refuse(_module, _args):
+        if capturing_run():
+            raise RuntimeError("planted: this module cannot be captured")
+
+    module.register_forward_pre_hook(refuse)

@@ -29,6 +29,7 @@ transformers = pytest.importorskip(
 )
 
 import graphed  # noqa: E402
+from _backend_choice import fail_captures_of  # noqa: E402
 from transformers import StaticCache  # noqa: E402
 
 PROMPT, NEW_TOKENS, BATCH, CACHE_LENGTH = 5, 6, 2, 16
@@ -657,17 +658,6 @@ def test_requests_on_caches_generate_makes_and_caches_kept_alive_on_the_gpu(fami
     assert stats["cache_copies_out"] == len(got_caches) - 1, stats
 
 
-def _fail_captures_of(module: torch.nn.Module) -> None:
-    """Makes `module` fail the probe and the capture, as a synchronizing operator does."""
-    from graphed import _phases
-
-    def refuse(_module, _args):
-        if int(torch.ops.graphed.forward_phase()) in (_phases.PHASE_PROBE, _phases.PHASE_CAPTURE):
-            raise RuntimeError("planted: this layer cannot be captured")
-
-    module.register_forward_pre_hook(refuse)
-
-
 @pytest.mark.parametrize("regions", [None, True])
 def test_a_decode_step_that_cannot_be_captured_runs_eagerly_unless_regions_are_asked_for(
     emulated_backend, regions
@@ -678,7 +668,7 @@ def test_a_decode_step_that_cannot_be_captured_runs_eagerly_unless_regions_are_a
     model = _build(_llama, "cpu")
     prompt = _prompt(model, "cpu")
     want = _generate(model, prompt, cache_implementation="static")
-    _fail_captures_of(model.model.layers[1].mlp)
+    fail_captures_of(model.model.layers[1].mlp)
     options = {} if regions is None else {"regions": regions}
     generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend, **options)
     try:
