@@ -313,16 +313,32 @@ class Watch:
         after = self.record(module)
         return recorded.differences(after) if recorded is not None else []
 
-    def state_to_keep(self, held: tuple) -> StateToKeep:
+    def state_to_keep(self, held: tuple, module: torch.nn.Module) -> StateToKeep:
         """What a forward may change besides its inputs, for graphed._phases to put back after
         each warm-up (or name): the module's buffers and its submodules' tensor attributes, the
-        call's keep_alive tensors (among `held`), and its parameters and submodules, as the
-        record lists them (current: the check did not fire, or re-recorded)."""
+        call's keep_alive tensors (among `held`), and its parameters, as the record lists them
+        (current: the check did not fire, or re-recorded); what the forward re-assigns of the
+        module is what the watch sees (rebound)."""
         tensors = [item for item in held if isinstance(item, torch.Tensor)]
         baked = self.baked
         if baked is None:
             return StateToKeep(tensors, [], [])
         restored = [tensor for kind in ("buffer", "attribute") for _, tensor in baked.by_kind[kind]]
         return StateToKeep(
-            [*restored, *tensors], list(baked.by_kind["parameter"]), list(baked.modules)
+            [*restored, *tensors],
+            list(baked.by_kind["parameter"]),
+            list(baked.modules),
+            lambda after_first_run: self._rebound(module, after_first_run),
         )
+
+    def _rebound(self, module: torch.nn.Module, first_run: bool) -> list[str]:
+        """The paths of what the forward re-assigned of `module` (a Python attribute, a tensor,
+        a value a dict, list or set holds) since the record was made, which is then made again;
+        nothing after the first run (a lazy setup) or when the check did not fire (two reads)."""
+        if not self._call_state.watch_fired():
+            return []
+        recorded = self.baked
+        after = self.record(module)
+        if first_run or recorded is None:
+            return []
+        return recorded.differences(after, limit=len(after.records))

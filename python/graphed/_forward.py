@@ -346,7 +346,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
                 _arguments.refuse_off_device(kwargs, inputs, self.device, self._inputs_to_device)
             with (
                 self._context(core_run=True),
-                runs.forward_in_phase(phase, lambda: watch.state_to_keep(state.held)),
+                runs.forward_in_phase(phase, lambda: watch.state_to_keep(state.held, self.module)),
             ):
                 result = self._forward_call(**kwargs)
             # An output graphed cannot rebuild is the forward's own error too: a TypeError the
