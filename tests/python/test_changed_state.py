@@ -279,6 +279,24 @@ def test_a_python_attribute_the_forward_rebinds_is_named_once(emulated_backend, 
     assert len(named) == 1 and "calls" in named[0], named
 
 
+class KeepsAHistory(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: list[int] = []
+
+    def forward(self, x):
+        self.history.append(x.shape[0])  # the same list, changed in place: no replay repeats it
+        return x * 2
+
+
+def test_a_list_the_forward_changes_in_place_is_named_once(emulated_backend, caplog):
+    gf = GraphedForward(KeepsAHistory(), device="cpu", backend=emulated_backend, warmup_iters=2)
+    with caplog.at_level(logging.WARNING, logger="graphed"):
+        torch.testing.assert_close(gf(torch.ones(2)), torch.full((2,), 2.0), rtol=0, atol=0)
+    named = [r.message for r in caplog.records if "cannot put back" in r.message]
+    assert len(named) == 1 and "history" in named[0], named
+
+
 # -- Python values a module holds (peft's LoRA state, a config dict) ----------------------------
 
 
