@@ -305,7 +305,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         not through the core's forward operator (about 60 us a call more on the H200's host),
         settling what it re-assigned and refusing an output no graph could rebuild, as that path
         does."""
-        result = self._eager(kwargs)
+        result = self._eager(kwargs, core_run=True)  # capture_context, as the core's runs
         changed = self._watch.settle(self.module)
         if changed:
             self._runs.name_side_effects(changed)
@@ -371,8 +371,8 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
                 runs.name_side_effects(changed)
         return tensors
 
-    def _eager(self, kwargs: dict) -> Any:
-        with torch.no_grad(), self._context(core_run=False):
+    def _eager(self, kwargs: dict, core_run: bool = False) -> Any:
+        with torch.no_grad(), self._context(core_run):
             regions = self._regions
             if regions is None:
                 return self._forward_call(**kwargs)

@@ -11,6 +11,7 @@ is held back until the back-off ends or memory is freed."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import types
@@ -87,6 +88,29 @@ def test_one_key_per_loop_step_and_a_decode_loop_capture_as_before(emulated_back
     for _ in range(16):
         decode(torch.randn(1, 8))  # each new token
     assert (decode.stats()["captures"], decode.stats()["churn_eager_calls"]) == (2, 0)
+
+
+def test_a_held_back_call_runs_inside_capture_context_as_a_captured_one(emulated_backend):
+    """capture_context (an autocast, a kernel choice) is entered around every run of the module
+    while the runner is enabled: a call the guard holds back runs eagerly in GraphedForward
+    itself, inside it too, so that it computes as the graphs do."""
+    entered = []
+
+    @contextlib.contextmanager
+    def context():
+        entered.append(torch.ops.graphed.forward_phase())
+        yield
+
+    gf, module = _runner(emulated_backend, capture_context=context)
+    x = torch.randn(2, 8)
+    for call in range(6):
+        torch.testing.assert_close(
+            gf(x, scale=float(call)), _eager(module, x=x, scale=float(call)), rtol=0, atol=0
+        )
+    stats = gf.stats()
+    assert (stats["captures"], stats["churn_eager_calls"]) == (1, 5), stats
+    # the capture's probe, warm-up and capture, then one entry for each call held back
+    assert len(entered) == 3 + 5, entered
 
 
 def test_reset_or_a_limit_of_zero_captures_new_keys_at_once(emulated_backend):
