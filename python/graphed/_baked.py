@@ -116,7 +116,6 @@ class BakedState:
             "buffer": [],
             "attribute": [],
         }
-        self.modules: list[tuple[str, torch.nn.Module]] = []
         self._seen: set[int] = set()
         # The containers and the tensors in them already given to the native watch.
         self._watched: set[int] = set()
@@ -127,7 +126,6 @@ class BakedState:
             self._record_module(path, submodule)
 
     def _record_module(self, path: str, submodule: torch.nn.Module) -> None:
-        self.modules.append((path, submodule))
         attributes = vars(submodule)
         self.dicts.append(attributes)
         self.dicts.extend(attributes[name] for name in _MODULE_DICTS if name in attributes)
@@ -322,12 +320,11 @@ class Watch:
         tensors = [item for item in held if isinstance(item, torch.Tensor)]
         baked = self.baked
         if baked is None:
-            return StateToKeep(tensors, [], [])
+            return StateToKeep(tensors, [], None)
         restored = [tensor for kind in ("buffer", "attribute") for _, tensor in baked.by_kind[kind]]
         return StateToKeep(
             [*restored, *tensors],
             list(baked.by_kind["parameter"]),
-            list(baked.modules),
             lambda after_first_run: self._rebound(module, after_first_run),
         )
 

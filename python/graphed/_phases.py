@@ -110,47 +110,23 @@ class StateToKeep(NamedTuple):
     """What a forward may change besides its inputs, as GraphedForward lists it for a capture:
     `restored` (buffers, tensor attributes, keep_alive tensors: copied before the warm-ups and put
     back after each), `parameters` ((name, parameter) pairs: too large to copy, so an in-place
-    write is only named) and `modules` ((path, submodule) pairs whose Python attributes a forward
-    may rebind, which nothing can put back for a replay: named too). `rebound`, when given, says
-    instead what the forward re-assigned of the modules since it was last asked (graphed._baked's
-    watch, which sees any mutation of their dicts for the cost of a check; its argument is True
-    after the first run, whose changes are a lazy setup): then `modules` is not compared, which
-    cost a pass over every submodule's attributes after each run (1.5 to 1.9 ms for the big
-    benchmark DiT's 402 submodules, on a 2-core x86 host)."""
+    write is only named) and `rebound`: what the forward re-assigned of the module since it was
+    last asked (a Python attribute rebound, a value a dict, list or set holds, a tensor replaced),
+    which nothing can put back for a replay: named too. graphed._baked's watch answers it, as it
+    sees any mutation of the module's dicts for the cost of a check, where a pass comparing every
+    submodule's attributes after each run cost 1.5 to 1.9 ms for the big benchmark DiT's 402
+    submodules (a 2-core x86 host); its argument is True after the first run, whose changes are a
+    lazy setup. None when no module is watched."""
 
     restored: list[torch.Tensor]
     parameters: list[tuple[str, torch.Tensor]]
-    modules: list[tuple[str, Any]]
-    rebound: Callable[[bool], list[str]] | None = None
-
-
-# The attributes every nn.Module has: torch's own bookkeeping, not the forward's state.
-_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
-
-
-def _rebindable(module: Any) -> dict[str, Any]:
-    return {
-        name: value
-        for name, value in vars(module).items()
-        if name not in _MODULE_INTERNALS and not isinstance(value, torch.nn.Module)
-    }
-
-
-def _same(before: Any, now: Any) -> bool:
-    if before is now:
-        return True
-    if isinstance(before, torch.Tensor) or type(before) is not type(now):
-        return False
-    try:
-        return bool(before == now)
-    except Exception:  # an object whose == is not a truth value (an array): it changed
-        return False
+    rebound: Callable[[bool], list[str]] | None
 
 
 class _Snapshot:
     """Copies of state tensors taken before a capture's warm-ups, put back after each one; and
-    what cannot be put back (a parameter written in place, a Python attribute rebound), found by
-    comparing each run with the one before."""
+    what cannot be put back (a parameter written in place, found by its version counter; what the
+    forward re-assigned of the module, from StateToKeep.rebound)."""
 
     def __init__(self, state: StateToKeep) -> None:
         self.saved: list[tuple[torch.Tensor, int, torch.Tensor]] = []
@@ -168,10 +144,8 @@ class _Snapshot:
             for name, parameter in state.parameters
             if not parameter.is_inference()
         ]
-        self.modules = state.modules
         self.rebound = state.rebound
         self.first_run = True
-        self.attributes: list[dict[str, Any]] | None = None  # after the first run
 
     def restore(self) -> list[str]:
         """Puts the state tensors back; returns the names of what changed that cannot be."""
@@ -184,18 +158,7 @@ class _Snapshot:
         ]
         first_run, self.first_run = self.first_run, False
         if self.rebound is not None:
-            return lost + self.rebound(first_run)
-        now = [_rebindable(module) for _, module in self.modules]
-        if self.attributes is not None:
-            for (path, _), before, after in zip(self.modules, self.attributes, now, strict=True):
-                for name in {**before, **after}:
-                    if (
-                        name not in before
-                        or name not in after
-                        or not _same(before[name], after[name])
-                    ):
-                        lost.append(f"{path}.{name}" if path else name)
-        self.attributes = now  # a first run's new attributes are a lazy setup, not a change
+            lost += self.rebound(first_run)
         return lost
 
 
