@@ -29,6 +29,15 @@ static int gf_baked_dict_event(PyDict_WatchEvent event, PyObject *dict, PyObject
 static uint64_t gf_dict_version(PyObject *dict) { return ((PyDictObject *)dict)->ma_version_tag; }
 #endif
 
+/* Every swap of two tensors' contents (torch.utils.swap_tensors, which nn.Module._apply uses for
+ * some conversions and load_state_dict under torch.__future__'s swap setting): such a swap gives a
+ * parameter's Python object another TensorImpl without touching a dict, where the watch holds the
+ * old one's address, which the swap may leave to be freed. graphed._baked counts each swap here and
+ * the check compares this counter first, before it reads any tensor. */
+static uint64_t gf_tensor_swaps;
+
+void gf_baked_note_swap(void) { gf_tensor_swaps++; }
+
 /* One watched list or set, as the check before each call reads it: one entry of a C array, so that
  * the check reads the object and its length from one place (about 1.7 ns a list on a 2-core x86
  * host when each was found through the tuples). */
@@ -47,6 +56,7 @@ struct gf_baked {
   gf_watched_sequence *watched_sequences;
   size_t sequence_count;
   uint64_t mutations;                 /* Python 3.12+: gf_dict_mutations when armed */
+  uint64_t swaps;                     /* gf_tensor_swaps when armed */
   uint64_t *versions;                 /* before 3.12: each dict's version tag when armed */
   gf_watched_tensor *watched_tensors; /* each tensor as armed */
   size_t tensor_count;
@@ -163,6 +173,7 @@ gf_baked *gf_baked_arm(PyObject *dicts, PyObject *tensors, PyObject *sequences) 
     PyErr_NoMemory();
     return NULL;
   }
+  baked->swaps = gf_tensor_swaps;
   baked->dicts = PySequence_Tuple(dicts);
   baked->tensors = baked->dicts != NULL ? PySequence_Tuple(tensors) : NULL;
   baked->sequences = baked->tensors != NULL ? PySequence_Tuple(sequences) : NULL;
@@ -225,6 +236,9 @@ static int gf_sequence_changed(const gf_watched_sequence *watched) {
 }
 
 int gf_baked_changed(const gf_baked *baked) {
+  if (baked->swaps != gf_tensor_swaps) {
+    return 1;
+  }
 #if GF_DICT_WATCHERS
   if (baked->mutations != gf_dict_mutations) {
     return 1;

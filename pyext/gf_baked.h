@@ -8,7 +8,7 @@
  * microsecond for a 24-block DiT's 300 tensors, so it only says "something may have changed"; the
  * Python layer then compares what it recorded (graphed._baked) and recaptures or runs eager.
  *
- * Two cheap signals:
+ * Cheap signals:
  *  - a tensor's data address (its storage's data plus its offset): `.data =`, `.to()`, `.half()`,
  *    an offload hook's move or a storage resize change it; an in-place update (`copy_`,
  *    `load_state_dict`, a LoRA fused into the same tensor) does not, and keeps replaying;
@@ -17,7 +17,10 @@
  *    (PEP 509; one word per dict). The dicts are the modules' own (attributes, parameters,
  *    buffers, children, hooks) and the dicts their Python values hold (peft's `scaling`);
  *  - a watched list or set (peft's `merged_adapters`, `_active_adapter`) whose items differ from
- *    a copy made when armed: a length and a pointer per item, as neither has a watcher.
+ *    a copy made when armed: a length and a pointer per item, as neither has a watcher;
+ *  - a swap of two tensors' contents anywhere in the process (torch.utils.swap_tensors, which
+ *    graphed._baked wraps to count): one counter, read first, as a swapped parameter keeps its
+ *    Python object and its module's dicts but not the TensorImpl the watch read.
  * Who does what: this file arms and checks (CallState.watch / watch_fired, and both entries before
  * each call, which return CHANGED when it fires); graphed._baked's Watch records, compares and
  * settles (what a change means: a recapture, or eager under an offload hook). */
@@ -46,6 +49,10 @@ gf_baked *gf_baked_arm(PyObject *dicts, PyObject *tensors, PyObject *sequences);
 int gf_baked_changed(const gf_baked *baked);
 
 void gf_baked_free(gf_baked *baked);
+
+/* Counts a swap of two tensors' contents (torch.utils.swap_tensors), after which every watch
+ * fires once: a swapped parameter keeps its Python object and dicts but not its TensorImpl. */
+void gf_baked_note_swap(void);
 
 #ifdef __cplusplus
 }

@@ -674,6 +674,14 @@ static PyObject *gf_walked_of(PyObject *self, PyObject *template) {
   return Py_NewRef(walked != NULL ? walked : Py_None);
 }
 
+/* note_swap(): counts a swap of two tensors' contents, after which every watch fires once. */
+static PyObject *gf_note_swap(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  gf_baked_note_swap();
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef gf_fastcall_methods[] = {
     {"call", (PyCFunction)(void (*)(void))gf_fast_call, METH_FASTCALL,
      "call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive, held) -> output, "
@@ -696,6 +704,9 @@ static PyMethodDef gf_fastcall_methods[] = {
      "walked_of(template) -> the walked result a plain template holds, or None for any other"},
     {"rebuild", (PyCFunction)(void (*)(void))gf_rebuild, METH_FASTCALL,
      "rebuild(template, outputs) -> the output a plain template stands for"},
+    {"note_swap", gf_note_swap, METH_NOARGS,
+     "note_swap(): counts a swap of two tensors' contents (torch.utils.swap_tensors), after which "
+     "every watch fires once"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,7 +12,8 @@ hooks and an instance `forward` override), every parameter, buffer and tensor at
 data address, dtype, device, shape, strides), every other attribute's Python value (see "Python
 values" below), and torch's global forward hooks. It also lists what the native watch checks
 before every call (pyext/gf_baked.h): the dicts that hold all of that, the lists and sets among
-the Python values, and the tensors' addresses.
+the Python values, and the tensors' addresses; a swap of two tensors' contents
+(`torch.utils.swap_tensors`, which changes no dict) is counted for it (`count_swaps`).
 
 Python values: a forward reads numbers and flags from its module (peft's LoRA layers keep the
 adapters' `scaling` dict, `_disable_adapters`, `merged_adapters` and `_active_adapter` there; a
@@ -43,12 +44,15 @@ reset() after changing them, and use verify mode (graphed._verify) to prove a ne
 from __future__ import annotations
 
 import enum
+import functools
 import logging
+import threading
 from typing import Any
 
 import torch
 from torch.nn.modules import module as _module_globals
 
+from ._native import _graphed_fastcall as _fastcall
 from ._phases import StateToKeep
 
 _log = logging.getLogger("graphed")
@@ -224,6 +228,34 @@ def weight_moving_hook(module: torch.nn.Module) -> str | None:
     return None
 
 
+_swaps_counted = False
+_swaps_lock = threading.Lock()
+
+
+def count_swaps() -> None:
+    """Wraps torch.utils.swap_tensors (once, when the first watch is armed) so that each swap is
+    counted for the native watch, which then fires once: a swap gives a parameter's Python object
+    another TensorImpl (nn.Module._apply does so for some conversions, load_state_dict under
+    torch.__future__'s swap setting) without touching any dict the watch sees, and the TensorImpl
+    the watch read may then be freed. torch's own callers look the function up on torch.utils at
+    each call; code that imported it by name before keeps the unwrapped one."""
+    global _swaps_counted
+    with _swaps_lock:
+        if _swaps_counted:
+            return
+        swap = torch.utils.swap_tensors
+
+        @functools.wraps(swap)
+        def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+            try:
+                return swap(t1, t2)
+            finally:
+                _fastcall.note_swap()
+
+        torch.utils.swap_tensors = swap_tensors
+        _swaps_counted = True
+
+
 class Watch:
     """The watch of one GraphedForward's module: arm, check, compare, settle (see the module
     docstring). The check itself is native (the call state's watch, pyext/gf_baked.h); the
@@ -243,6 +275,7 @@ class Watch:
         if not isinstance(module, torch.nn.Module) or not runner.stats()["enabled"]:
             self.stop()
             return
+        count_swaps()
         hook = weight_moving_hook(module)
         if hook is not None:
             self.stop()

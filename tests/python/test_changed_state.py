@@ -4,8 +4,9 @@ Each row of the changed-state table, on the CPU with the emulated backend (whose
 what the capture-time forward wrote, so a graph that missed a change returns the old result, as a
 stale device graph would), and bitwise on the GPU:
 - an in-place update at the same address (load_state_dict, copy_) keeps replaying: no recapture;
-- a parameter re-assigned, swapped through .data, moved or re-typed, a submodule replaced, a hook
-  added: the graphs are dropped and the next call captures what the module is now;
+- a parameter re-assigned, swapped through .data or torch.utils.swap_tensors, moved or re-typed,
+  a submodule replaced, a hook added: the graphs are dropped and the next call captures what the
+  module is now;
 - accelerate's offload hooks: the runner runs eager, with the reason, whether the hook was there at
   construction or added later;
 - warm-up side effects: keep_alive tensors and tensor attributes are put back after the warm-ups;
@@ -68,6 +69,18 @@ def _swap_data(m: TwoLayers) -> None:
     m.b.weight.data = _new_weight(m.b.weight)
 
 
+# What _swap_tensors swapped out, kept alive: a freed TensorImpl could fire the check by chance.
+_SWAPPED_OUT: list[torch.Tensor] = []
+
+
+def _swap_tensors(m: TwoLayers) -> None:
+    # nn.Module._apply's way for some conversions: the parameter keeps its Python object and every
+    # dict stays as it was, but it holds another TensorImpl.
+    other = torch.nn.Parameter(_new_weight(m.a.weight))
+    torch.utils.swap_tensors(m.a.weight, other)
+    _SWAPPED_OUT.append(other)
+
+
 def _replace_submodule(m: TwoLayers) -> None:
     torch.manual_seed(3)
     m.a = torch.nn.Linear(8, 8).to(m.b.weight.device)
@@ -101,6 +114,7 @@ def _resize_storage(m: TwoLayers) -> None:
 CHANGES = {
     "parameter re-assigned": _reassign,
     "parameter .data swapped": _swap_data,
+    "parameter swapped by torch.utils.swap_tensors": _swap_tensors,
     "submodule replaced": _replace_submodule,
     "forward hook added": _add_hook,
     "storage freed and re-allocated": _resize_storage,
