@@ -89,8 +89,8 @@ inline bool Contains(const std::string &text, const std::string &part) {
 }
 
 const gf_call_options kDefault = {0, 0, nullptr, nullptr, 0};
-const gf_call_options kPinned = {1, 0, nullptr, nullptr};
-const gf_call_options kStaticOutputs = {0, 1, nullptr, nullptr};
+const gf_call_options kPinned = {1, 0, nullptr, nullptr, 0};
+const gf_call_options kStaticOutputs = {0, 1, nullptr, nullptr, 0};
 
 class Runner : public ::testing::Test {
 protected:
