@@ -240,16 +240,7 @@ static int gf_runner_holds_back_new_key(gf_runner *runner, int *report) {
                        runner->cache.evictions)) {
     return 1;
   }
-  /* The signature's bytes after the caller's key: its tensors' dtypes, devices and shapes. */
-  size_t key_length = 0;
-  const unsigned char *key = gf_signature_key(signature, &key_length);
-  uint64_t tensors_hash = 0;
-  if (key != NULL) {
-    const unsigned char *tensors = key + key_length;
-    tensors_hash = gf_signature_default_hash(
-        tensors, (size_t)(signature->bytes + signature->length - tensors));
-  }
-  return !gf_churn_admit(&runner->churn, key_hash, tensors_hash, report);
+  return !gf_churn_admit(&runner->churn, key_hash, gf_signature_tensors_hash(signature), report);
 }
 
 gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,

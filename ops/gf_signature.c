@@ -113,3 +113,13 @@ const unsigned char *gf_signature_key(const gf_signature *sig, size_t *key_lengt
   *key_length = length <= sig->length - sizeof length ? (size_t)length : 0;
   return sig->bytes + sizeof length;
 }
+
+uint64_t gf_signature_tensors_hash(const gf_signature *sig) {
+  size_t key_length = 0;
+  const unsigned char *key = gf_signature_key(sig, &key_length);
+  if (key == NULL) {
+    return 0;
+  }
+  const unsigned char *tensors = key + key_length;
+  return gf_signature_default_hash(tensors, (size_t)(sig->bytes + sig->length - tensors));
+}

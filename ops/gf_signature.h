@@ -39,6 +39,10 @@ gf_status gf_signature_copy(gf_signature *dst, const gf_signature *src, gf_error
 /* The caller's key inside a signature's bytes (they start with its u64 length). */
 const unsigned char *gf_signature_key(const gf_signature *sig, size_t *key_length);
 
+/* The default hash of the signature's bytes after the caller's key: its tensors' dtypes, devices
+ * and shapes (0 for an empty signature), so that two keys can be told to differ in values only. */
+uint64_t gf_signature_tensors_hash(const gf_signature *sig);
+
 /* 1 when a and b are the same signature (same hash and same canonical bytes). */
 int gf_signature_equal(const gf_signature *a, const gf_signature *b);
 

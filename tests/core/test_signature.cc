@@ -113,6 +113,25 @@ TEST(Signature, DifferentTensorCountDiffers) {
   EXPECT_FALSE(SameSignature("k", {}, "k", {Tensor({})}));
 }
 
+// The tensors' part alone (the churn guard's value rule): keys that differ in their own bytes only
+// share it; a shape or a tensor more does not.
+TEST(Signature, TensorsHashIgnoresTheKeyAndFollowsTheTensors) {
+  Signature a;
+  Signature b;
+  Signature c;
+  Signature d;
+  ASSERT_EQ(a.Build("scale=0.5", {Tensor({2, 3}), Tensor({4})}), GF_OK);
+  ASSERT_EQ(b.Build("scale=0.75!", {Tensor({2, 3}), Tensor({4})}), GF_OK);
+  ASSERT_EQ(c.Build("scale=0.5", {Tensor({2, 4}), Tensor({4})}), GF_OK);
+  ASSERT_EQ(d.Build("scale=0.5", {Tensor({2, 3}), Tensor({4}), Tensor({1})}), GF_OK);
+  EXPECT_NE(a.sig.hash, b.sig.hash);
+  EXPECT_EQ(gf_signature_tensors_hash(&a.sig), gf_signature_tensors_hash(&b.sig));
+  EXPECT_NE(gf_signature_tensors_hash(&a.sig), gf_signature_tensors_hash(&c.sig));
+  EXPECT_NE(gf_signature_tensors_hash(&a.sig), gf_signature_tensors_hash(&d.sig));
+  gf_signature empty = {};
+  EXPECT_EQ(gf_signature_tensors_hash(&empty), 0u);
+}
+
 TEST(Signature, TensorOrderMatters) {
   EXPECT_FALSE(SameSignature("k", {Tensor({2}), Tensor({3})}, "k", {Tensor({3}), Tensor({2})}));
 }
