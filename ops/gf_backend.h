@@ -72,6 +72,17 @@ typedef struct gf_backend {
   gf_status (*warmup_begin)(void *context, void *state, gf_error *err);
   gf_status (*warmup_end)(void *context, void *state, gf_error *err);
 
+  /* Between warmup_begin and warmup_end: make the caller's stream (current before warmup_begin)
+   * current again, waiting for the warm-ups' work, and stop routing its allocations, so that the
+   * copies handed to the caller are made there, in memory of the caller's own / go back to the
+   * side stream, which waits for those copies before it frees what they read. The first call of a
+   * key is then answered from its last warm-up (Note [The first call from its last warm-up],
+   * gf_capture.c). begin returns GF_ERR_NOT_FOUND, having changed nothing, where it cannot now;
+   * end is called after every begin that returned GF_OK. Optional, both or neither (default: the
+   * first call of a key replays its new graph). */
+  gf_status (*caller_stream_begin)(void *context, void *state, gf_error *err);
+  gf_status (*caller_stream_end)(void *context, void *state, gf_error *err);
+
   /* Capture everything launched between begin and end into a graph that allocates from the
    * runner's one pool. end must be called after a successful begin, also when the forward failed
    * (ok = 0), and then returns no graph. capture_begin is optional (default: nothing to start:

@@ -14,8 +14,11 @@
  *   5. Agreement on the capture, then insertion; any failure releases the entry and disables the
  *      runner, and the call runs eager (gf_runner_capture_and_replay; the release and the disable
  *      are gf_runner_release.c's gf_runner_release_entry and gf_runner_fail).
- *   6. The capture event (time, device memory in use and held), then a replay
- *      gives this call its outputs (gf_runner_report_capture, gf_runner_replay in gf_replay.c).
+ *   6. The capture event (time, device memory in use and held), then this call's outputs: copies
+ *      of its last warm-up's, made before the capture where nothing tells them from a replay's
+ *      (Note [The first call from its last warm-up]; gf_runner_copy_warm_up_outputs,
+ *      gf_runner_hand_over), else a replay (gf_runner_report_capture, gf_runner_replay in
+ *      gf_replay.c).
  * Nothing here calls into gf_runner.c, which calls this file. */
 #include "gf_runner_internal.h"
 
@@ -97,14 +100,45 @@ static void gf_runner_report_thrash(gf_runner *runner) {
   gf_runner_tell_churn(runner, message);
 }
 
-/* Says what a capture cost. */
+/* Note [The first call from its last warm-up]
+ * Q: The first call of a key runs its warm-ups, the capture and then a replay of the new graph.
+ *    Why not give it what its last warm-up computed?
+ * A: Where nothing can tell the two apart, it does: the call gets copies of the last warm-up's
+ *    outputs and the replay is not run, which saves its device time on every new key (on an H200,
+ *    2.8 ms of the 54 ms first call of the big benchmark DiT). The copies are made right after
+ *    that warm-up, on the caller's stream and in the caller's memory (the backend's
+ *    caller_stream_begin/end), so that the warm-up's outputs go back to the pool the capture then
+ *    allocates from, as before. They stand for a replay only where a replay would compute the
+ *    same and leave the same behind:
+ *    - no input was written in place, by the warm-up or by the capture's forward: a replay writes
+ *      the new values back into the caller's tensors;
+ *    - the host says the warm-up changed no other state (gf_host.last_forward_kept_state): a state
+ *      tensor it wrote was put back after it, and a replay would write it again, as eager does;
+ *    - the caller wants fresh outputs: static_outputs hands out the graph's own buffers, which
+ *      only a replay fills;
+ *    - there is no process group: the ranks' hosts may answer differently, and a rank that
+ *      replays a graph holding a collective would wait for one that does not;
+ *    - the capture's forward returned as many outputs, of the same dtypes and shapes.
+ *    Otherwise, or where the backend has no such hooks, the call replays. Such a call counts a
+ *    capture and no replay, its copies are left out of the capture's device memory, and verify
+ *    mode compares the graph's first replay instead (gf_served_entry.from_warm_up). */
+typedef struct gf_warm_up_answer {
+  int wanted;                  /* the call may be answered so (set before the warm-ups) */
+  int copied;                  /* the copies were made: `outputs` holds them all */
+  gf_pool outputs;             /* the copies, owned */
+  gf_device_memory copies_use; /* what making them added to the device memory in use and held */
+} gf_warm_up_answer;
+
+/* Says what a capture cost; the copies a call is answered with are the call's, not the graph's. */
 static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double started,
-                                     gf_device_memory before) {
+                                     gf_device_memory before, gf_device_memory copies) {
   gf_event captured = gf_entry_event(GF_EVENT_CAPTURED, entry);
   captured.seconds = gf_seconds_now() - started;
   const gf_device_memory after = gf_runner_device_memory(runner);
-  captured.device_bytes = gf_bytes_growth(before.in_use, after.in_use);
-  captured.reserved_bytes = gf_bytes_growth(before.reserved, after.reserved);
+  captured.device_bytes =
+      gf_bytes_growth(before.in_use, after.in_use - (copies.in_use > 0 ? copies.in_use : 0));
+  captured.reserved_bytes = gf_bytes_growth(
+      before.reserved, after.reserved - (copies.reserved > 0 ? copies.reserved : 0));
   entry->device_bytes = captured.device_bytes;
   entry->reserved_bytes = captured.reserved_bytes;
   entry->capture_seconds = captured.seconds;
@@ -190,21 +224,73 @@ static void gf_runner_agree_on_stage(gf_runner *runner, const char *stage, gf_st
   }
 }
 
+/* Copies, for its call, the outputs of the warm-up that just ran (Note [The first call from its
+ * last warm-up]) where it wrote no input in place (`mutated`, one byte per input) and its host
+ * says it changed no other state; else leaves answer->outputs empty, as it does when the copies
+ * cannot be made (the call then replays). Fails only where the side stream could not be made to
+ * wait for the copies: the warm-up's outputs, which they read, are freed there next. */
+static gf_status gf_runner_copy_warm_up_outputs(gf_runner *runner, const gf_pool *outputs,
+                                                const unsigned char *mutated, size_t input_count,
+                                                gf_warm_up_answer *answer, gf_error *err) {
+  for (size_t i = 0; i < input_count; ++i) {
+    if (mutated[i]) {
+      return GF_OK;
+    }
+  }
+  if (!runner->host.last_forward_kept_state(runner->host.context)) {
+    return GF_OK;
+  }
+  const gf_backend *backend = runner->backend;
+  gf_error declined = {0}; /* a copy that cannot be made only means a replay */
+  if (backend->caller_stream_begin(backend->context, runner->backend_state, &declined) != GF_OK) {
+    return GF_OK;
+  }
+  const gf_device_memory before = gf_runner_device_memory(runner);
+  gf_status status = gf_runner_reserve_copies(runner, outputs->count, &declined);
+  size_t copies = 0;
+  for (size_t i = 0; status == GF_OK && i < outputs->count; ++i) {
+    const gf_tensor *computed = &outputs->tensors[i];
+    gf_tensor copy = {0};
+    status = runner->host.empty_like(runner->host.context, computed, &copy, &declined);
+    status = gf_runner_adopt(runner, &answer->outputs, status, &copy, &declined);
+    const size_t bytes = (size_t)gf_tensor_nbytes(computed);
+    if (status == GF_OK && bytes > 0) {
+      runner->scratch_copies[copies++] = (gf_copy){copy.data, computed->data, bytes};
+    }
+  }
+  if (status == GF_OK && copies > 0) {
+    status = backend->copy_batch(backend->context, runner->backend_state, runner->scratch_copies,
+                                 copies, &declined);
+  }
+  const gf_device_memory after = gf_runner_device_memory(runner);
+  answer->copies_use.in_use = gf_bytes_growth(before.in_use, after.in_use);
+  answer->copies_use.reserved = gf_bytes_growth(before.reserved, after.reserved);
+  answer->copied = status == GF_OK;
+  if (status != GF_OK) {
+    gf_runner_discard_outputs(runner, &answer->outputs);
+  }
+  return backend->caller_stream_end(backend->context, runner->backend_state, err);
+}
+
 /* One eager forward before a capture: the sync probe when `probing`, else a warm-up. The probe's
  * backend records a synchronizing operator rather than failing on it, so the forward always runs
- * to its end and every rank's collectives stay aligned; the failure counts once it returns. */
+ * to its end and every rank's collectives stay aligned; the failure counts once it returns. When
+ * `answer` is not NULL this is the last forward before the capture, whose outputs may answer the
+ * call (gf_runner_copy_warm_up_outputs). */
 static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, int probing,
-                                           gf_error *err) {
+                                           gf_warm_up_answer *answer, gf_error *err) {
   const gf_backend *backend = runner->backend;
   gf_error probe_err = {0};
   gf_status probe_status = GF_OK;
   if (probing) {
     probe_status = backend->sync_probe_begin(backend->context, runner->backend_state, &probe_err);
   }
+  const size_t input_count = entry->static_inputs.count;
+  unsigned char *mutated = answer != NULL ? calloc(input_count ? input_count : 1, 1) : NULL;
   gf_pool scratch = {0};
-  gf_status status = runner->host.run_forward(
-      runner->host.context, probing ? GF_PHASE_PROBE : GF_PHASE_WARMUP,
-      entry->static_inputs.tensors, entry->static_inputs.count, &scratch, NULL, err);
+  gf_status status =
+      runner->host.run_forward(runner->host.context, probing ? GF_PHASE_PROBE : GF_PHASE_WARMUP,
+                               entry->static_inputs.tensors, input_count, &scratch, mutated, err);
   if (status == GF_OK) {
     /* One aliasing warm-up is enough: a later one that aliases nothing does not undo it. */
     if (gf_pool_overlaps(&scratch, &entry->static_inputs)) {
@@ -213,6 +299,10 @@ static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, i
       entry->inputs_shareable = GF_INPUTS_SHAREABLE;
     }
   }
+  if (status == GF_OK && mutated != NULL) {
+    status = gf_runner_copy_warm_up_outputs(runner, &scratch, mutated, input_count, answer, err);
+  }
+  free(mutated);
   gf_runner_discard_outputs(runner, &scratch);
   if (probing && probe_status == GF_OK) {
     /* end only a probe that began */
@@ -234,7 +324,7 @@ static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, i
  * agree before the first (on everything up to it: static copies, the side stream) and after
  * each, and all stop at the first failure of any. `status` is the capture's so far. */
 static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, gf_status status,
-                                           gf_error *err) {
+                                           gf_warm_up_answer *answer, gf_error *err) {
   const gf_backend *backend = runner->backend;
   const int probe = !runner->sync_probe_done;
   int iterations = runner->config.warmup_iters;
@@ -254,7 +344,8 @@ static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, g
   gf_runner_agree_on_stage(runner, "before its warm-ups", &status, err);
   for (int i = 0; i < iterations && status == GF_OK; ++i) {
     const int probing = probe && i == 0;
-    status = gf_runner_prepare_forward(runner, entry, probing, err);
+    gf_warm_up_answer *last = answer->wanted && i == iterations - 1 ? answer : NULL;
+    status = gf_runner_prepare_forward(runner, entry, probing, last, err);
     gf_runner_agree_on_stage(runner, probing ? "in its sync probe" : "in a warm-up", &status, err);
   }
   if (on_side_stream) {
@@ -370,10 +461,11 @@ static gf_status gf_runner_share_static_inputs(gf_runner *runner, gf_entry *entr
 /* The capture protocol for the first call of a signature, up to but not including agreement. */
 static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_tensor *inputs,
                                    size_t count, const gf_tensor *keep_alive,
-                                   size_t keep_alive_count, gf_error *err) {
+                                   size_t keep_alive_count, gf_warm_up_answer *answer,
+                                   gf_error *err) {
   gf_status status =
       gf_runner_take_static_inputs(runner, entry, inputs, count, keep_alive, keep_alive_count, err);
-  status = gf_runner_prepare_capture(runner, entry, status, err);
+  status = gf_runner_prepare_capture(runner, entry, status, answer, err);
   if (status == GF_OK) {
     status = gf_runner_share_static_inputs(runner, entry, err);
   }
@@ -420,6 +512,65 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
   return status;
 }
 
+/* Whether the call may be answered from its last warm-up at all (Note [The first call from its
+ * last warm-up]): asked before the warm-ups, so that none is kept for a call that replays. */
+static int gf_runner_may_answer_from_warm_up(const gf_runner *runner,
+                                             const gf_call_options *options) {
+  const gf_backend *backend = runner->backend;
+  return !options->static_outputs && runner->host.agree == NULL &&
+         runner->host.last_forward_kept_state != NULL && backend->caller_stream_begin != NULL;
+}
+
+/* Whether the copies of the last warm-up's outputs stand for this entry's replay: there are some
+ * (or the forward returns no tensor), the capture's forward wrote no input in place either, and it
+ * returned tensors of the same number, dtypes and shapes. */
+static int gf_runner_warm_up_answers(const gf_entry *entry, const gf_warm_up_answer *answer) {
+  const gf_pool *captured = &entry->static_outputs;
+  if (!answer->copied || entry->mutated_count > 0 || answer->outputs.count != captured->count) {
+    return 0;
+  }
+  for (size_t i = 0; i < captured->count; ++i) {
+    const gf_tensor *want = &captured->tensors[i];
+    const gf_tensor *have = &answer->outputs.tensors[i];
+    if (have->dtype != want->dtype || have->itemsize != want->itemsize ||
+        have->ndim != want->ndim ||
+        memcmp(have->sizes, want->sizes, (size_t)want->ndim * sizeof want->sizes[0]) != 0) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Gives the call the copies of its last warm-up's outputs, in place of a replay of `entry`. */
+static gf_status gf_runner_hand_over(gf_runner *runner, gf_entry *entry, gf_warm_up_answer *answer,
+                                     size_t input_count, const gf_call_options *options,
+                                     gf_pool *results, gf_error *err) {
+  gf_status status = GF_OK;
+  size_t moved = 0;
+  for (; status == GF_OK && moved < answer->outputs.count; ++moved) {
+    status = gf_pool_add(results, &answer->outputs.tensors[moved], err);
+  }
+  if (status != GF_OK) {
+    moved--; /* the one that failed stays the answer's, to be released with the rest */
+  }
+  for (size_t i = moved; i < answer->outputs.count; ++i) {
+    runner->host.release(runner->host.context, answer->outputs.tensors[i].handle);
+  }
+  answer->outputs.count = 0; /* the handles moved are the results' now */
+  gf_pool_free(&answer->outputs, NULL, NULL);
+  if (status != GF_OK) {
+    return status; /* gf_runner_call releases the outputs this call appended */
+  }
+  if (options->mutated_inputs != NULL) {
+    memset(options->mutated_inputs, 0, input_count);
+  }
+  if (options->served != NULL) {
+    options->served->user = &entry->user;
+    options->served->from_warm_up = 1;
+  }
+  return GF_OK;
+}
+
 gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *inputs, size_t count,
                                        const gf_tensor *keep_alive, size_t keep_alive_count,
                                        const gf_call_options *options, gf_pool *results,
@@ -444,8 +595,9 @@ gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *input
   }
   const uint64_t key_hash = entry->signature.hash;
   gf_error capture_err = {0};
-  gf_status status =
-      gf_runner_capture(runner, entry, inputs, count, keep_alive, keep_alive_count, &capture_err);
+  gf_warm_up_answer answer = {.wanted = gf_runner_may_answer_from_warm_up(runner, options)};
+  gf_status status = gf_runner_capture(runner, entry, inputs, count, keep_alive, keep_alive_count,
+                                       &answer, &capture_err);
   gf_runner_agree_on_stage(runner, "its capture", &status, &capture_err);
   if (status == GF_OK) {
     status = gf_cache_insert(&runner->cache, entry, &capture_err);
@@ -456,6 +608,11 @@ gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *input
   } else {
     gf_runner_release_entry(runner, entry);
     gf_entry_destroy(entry);
+  }
+  const int answered = status == GF_OK && gf_runner_warm_up_answers(entry, &answer);
+  if (!answered) {
+    gf_runner_discard_outputs(runner, &answer.outputs);
+    answer.copies_use = (gf_device_memory){0, 0}; /* the capture's figures keep nothing out */
   }
   if (status == GF_ERR_DEVICE_MEMORY && runner->host.agree == NULL) {
     /* Note [Out of device memory while capturing]
@@ -490,6 +647,9 @@ gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *input
     return gf_runner_run_eager(runner, inputs, count, options, results, err);
   }
   runner->captures++;
-  gf_runner_report_capture(runner, entry, started, memory_before);
+  gf_runner_report_capture(runner, entry, started, memory_before, answer.copies_use);
+  if (answered) {
+    return gf_runner_hand_over(runner, entry, &answer, count, options, results, err);
+  }
   return gf_runner_replay(runner, entry, inputs, count, options, results, err);
 }

@@ -71,6 +71,11 @@ typedef struct gf_host {
   void (*notify)(void *context, const gf_event *event);
   /* Called when the runner is destroyed: frees context. May be NULL. */
   void (*destroy)(void *context);
+  /* Optional: 1 when the host knows that the forward it ran last changed no state besides its
+   * inputs and outputs (it put nothing back after it and found nothing it could not put back),
+   * else 0. Only then may the first call of a key be answered from its last warm-up (Note [The
+   * first call from its last warm-up], gf_capture.c); without it the first call replays. */
+  int (*last_forward_kept_state)(void *context);
 } gf_host;
 
 #ifdef __cplusplus

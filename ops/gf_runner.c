@@ -35,6 +35,9 @@ static const char *gf_backend_missing_device_hook(const gf_backend *backend) {
   if ((backend->capture_copy_node == NULL) != (backend->launch_folded == NULL)) {
     return "capture_copy_node and launch_folded (both or neither)";
   }
+  if ((backend->caller_stream_begin == NULL) != (backend->caller_stream_end == NULL)) {
+    return "caller_stream_begin and caller_stream_end (both or neither)";
+  }
   return NULL;
 }
 
@@ -253,6 +256,7 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   }
   if (options->served != NULL) {
     options->served->user = NULL; /* until a replay serves the call (gf_replay.c) */
+    options->served->from_warm_up = 0;
   }
   const size_t results_before = results->count;
   if (!runner->enabled) {

@@ -70,6 +70,10 @@ typedef struct gf_runner gf_runner;
  * gf_host.release_user when the entry goes. */
 typedef struct gf_served_entry {
   void **user;
+  /* 1 when the capturing call was answered from its last warm-up, not by a replay (Note [The
+   * first call from its last warm-up], ops/gf_capture.c): verify mode then compares the graph's
+   * first replay instead. */
+  int from_warm_up;
 } gf_served_entry;
 
 /* Options of one call. */

@@ -49,6 +49,8 @@ extern "C" {
  *   forward_error         written by record_error (kind 1 or 2); read and cleared by
  *                         host_run_forward, which then reports GF_ERR_FORWARD or
  *                         GF_ERR_DEVICE_MEMORY for the core to judge (gf_capture.c).
+ *   forward_kept_state    written by record_kept_state (a warm-up that changed no state);
+ *                         cleared by host_run_forward, read by the core after a warm-up.
  *   served_request        written by the dispatched entry around its graphed::forward call; taken
  *                         by call_runner (shim/gf_shim_call.cpp) under the lock.
  *   forward_thread/order  written by host_run_forward; read by forward_phase() without a runner.

@@ -196,6 +196,16 @@ static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *cons
   Py_RETURN_NONE;
 }
 
+/* record_kept_state(): the forward now running changed no state besides its inputs and outputs
+ * (graphed._phases: nothing put back, nothing it could not put back), so that the core may answer
+ * the capturing call from this warm-up (Note [The first call from its last warm-up],
+ * ops/gf_capture.c). Outside a call it marks nothing. */
+static PyObject *gf_call_state_record_kept_state(gf_call_state *state, PyObject *unused) {
+  (void)unused;
+  gf_fastcall_torch_mark_kept_state(state->runner_call);
+  Py_RETURN_NONE;
+}
+
 /* phase: why the core runs the forward of the call in flight (GF_PHASE_*; eager outside one). */
 static PyObject *gf_call_state_phase(gf_call_state *state, void *unused) {
   (void)unused;
@@ -286,6 +296,9 @@ static PyMethodDef gf_call_state_methods[] = {
      "record_error(exception, kind): the forward's exception, re-raised to the caller of the "
      "call; kind 1 (its own error) or 2 (out of device memory while capturing) marks the "
      "runner's call"},
+    {"record_kept_state", (PyCFunction)gf_call_state_record_kept_state, METH_NOARGS,
+     "record_kept_state(): the forward now running changed no state besides its inputs and "
+     "outputs, so its outputs may answer the capturing call"},
     {"record_template", (PyCFunction)gf_call_state_record_template, METH_O,
      "record_template(template): the output template of the forward's latest run in the call"},
     {NULL, NULL, 0, NULL},

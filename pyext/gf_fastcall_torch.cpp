@@ -65,6 +65,12 @@ extern "C" void gf_fastcall_torch_mark_forward_error(void *runner_call, int kind
   }
 }
 
+extern "C" void gf_fastcall_torch_mark_kept_state(void *runner_call) {
+  if (runner_call != nullptr) {
+    graphed::mark_forward_kept_state(*static_cast<graphed::RunnerCall *>(runner_call));
+  }
+}
+
 extern "C" int gf_fastcall_torch_phase(const void *runner_call) {
   return runner_call != nullptr ? static_cast<const graphed::RunnerCall *>(runner_call)->phase
                                 : GF_PHASE_EAGER;
@@ -243,7 +249,8 @@ public:
   // serving entry's slot (entry: see gf_served_entry), which a capture fills with
   // what its forward recorded and the call's held objects, or for an eager call (served NULL)
   // the template its own forward recorded. Stays NULL when there is none.
-  // It also counts the call in the serving entry's user (state->served; 0 for an eager call).
+  // It also counts the call in the serving entry's user (state->served; 0 for an eager call and
+  // for a capturing call answered from its last warm-up).
   void settle(const gf_served_entry &entry) noexcept {
     void **served = entry.user;
     PyObject *recorded = state_->recorded;
@@ -263,8 +270,12 @@ public:
     }
     if (*served != nullptr) {
       auto *user = static_cast<EntryUser *>(*served);
-      state_->served = ++user->served;
-      call_->served = user->served;
+      // A capturing call answered from its warm-up is not counted: verify mode compares the
+      // graph's first replay instead (Note [The first call from its last warm-up]).
+      if (!entry.from_warm_up) {
+        state_->served = ++user->served;
+        call_->served = user->served;
+      }
       call_->output_template = Py_NewRef(PyTuple_GET_ITEM(user->template_and_held, 0));
     }
   }

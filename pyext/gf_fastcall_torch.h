@@ -110,6 +110,10 @@ gf_status gf_fastcall_torch_reset(int64_t runner_id, gf_error *err);
  * capturing, GF_ERR_DEVICE_MEMORY; the core judges either (see gf_shim_host.h). */
 void gf_fastcall_torch_mark_forward_error(void *runner_call, int kind);
 
+/* Marks that the forward of the call in flight changed no state besides its inputs and outputs
+ * (runner_call as above; see graphed::mark_forward_kept_state, gf_shim_host.h). */
+void gf_fastcall_torch_mark_kept_state(void *runner_call);
+
 /* The phase of the forward the runner of runner_call (a CallState's) is running: GF_PHASE_EAGER
  * outside one or when runner_call is NULL. */
 int gf_fastcall_torch_phase(const void *runner_call);

@@ -107,6 +107,7 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
                            size_t count, gf_pool *outputs, unsigned char *mutated, gf_error *err) {
   HostContext *host = host_context(context);
   host->call.forward_error = ForwardError::none;
+  host->call.forward_kept_state = false;
   try {
     ForwardScope in_phase(host->call, phase);
     // graphed replays inference forwards: nothing it captures records autograd history.
@@ -245,6 +246,10 @@ void host_release_user(void *, void *user) {
 
 void host_destroy(void *context) { delete host_context(context); }
 
+int host_last_forward_kept_state(void *context) {
+  return host_context(context)->call.forward_kept_state ? 1 : 0;
+}
+
 } // namespace
 
 const char *const kObserverSchema =
@@ -252,6 +257,8 @@ const char *const kObserverSchema =
     "int static_bytes, int count, str shapes) -> ()";
 
 void mark_forward_error(RunnerCall &call, ForwardError error) { call.forward_error = error; }
+
+void mark_forward_kept_state(RunnerCall &call) { call.forward_kept_state = true; }
 
 void set_entry_user_release(EntryUserRelease release) {
   installed_user_release.store(release, std::memory_order_release);
@@ -290,6 +297,7 @@ gf_host make_torch_host(HostContext *context) {
   host.warn = host_warn;
   host.notify = host_notify;
   host.destroy = host_destroy;
+  host.last_forward_kept_state = host_last_forward_kept_state;
   return host;
 }
 

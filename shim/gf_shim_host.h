@@ -39,6 +39,10 @@ struct RunnerCall {
   // Set by mark_forward_error while the forward unwinds (what the error was: see ForwardError);
   // read and cleared by host_run_forward.
   ForwardError forward_error = ForwardError::none;
+  // Set by mark_forward_kept_state when the Python layer knows that the forward now running
+  // changed no state besides its inputs and outputs (graphed._phases); cleared by host_run_forward
+  // before each forward and read by the core after it (gf_host.last_forward_kept_state).
+  bool forward_kept_state = false;
   // Where the CPython entry's dispatched path wants to learn which entry serves its call (it goes
   // through graphed::forward, whose schema cannot carry that): set by that path around its
   // operator call, taken by the runner's next call_runner (so the forward's own calls never see
@@ -88,6 +92,13 @@ gf_host make_torch_host(HostContext *context);
 // stays enabled, and out of memory the call runs eager; with a process group either is a capture
 // failure, so that the ranks disable together. Under the runner's lock (the forward runs there).
 void mark_forward_error(RunnerCall &call, ForwardError error);
+
+// Marks that the forward `call`'s runner is running changed no state besides its inputs and
+// outputs: graphed put nothing back after it and found nothing it could not put back. Only then
+// may the first call of a key be answered from its last warm-up (Note [The first call from its
+// last warm-up], ops/gf_capture.c). A forward that never says so (a C++ one) always replays. Under
+// the runner's lock.
+void mark_forward_kept_state(RunnerCall &call);
 
 // Releases what a CPython entry point keeps in a cache entry (gf_entry.user: its output template):
 // the shim has no Python, so the extension installs the function when it loads, as it installs

@@ -67,6 +67,11 @@ gf_status gf_cuda_torch_sync_probe_end(void *context, void *state, gf_error *err
  * restored. */
 gf_status gf_cuda_torch_warmup_begin(void *context, void *state, gf_error *err);
 gf_status gf_cuda_torch_warmup_end(void *context, void *state, gf_error *err);
+/* Between those: the caller's stream, waiting for the side stream, current and unrouted for the
+ * copies that answer a key's first call / the side stream current again, waiting for them
+ * (gf_backend.h's caller_stream_begin/end). */
+gf_status gf_cuda_torch_caller_stream_begin(void *context, void *state, gf_error *err);
+gf_status gf_cuda_torch_caller_stream_end(void *context, void *state, gf_error *err);
 
 /* ---- helpers of the C half ---------------------------------------------------------------- */
 

@@ -14,10 +14,16 @@
 // or routing under way elsewhere in the allocator), its blocks stay cached until
 // torch.cuda.empty_cache() or an out-of-memory retry frees them, and the pool's later warm-ups go
 // back to the ordinary pool. The pool's whole lifecycle: gf_cuda_torch_internal.h.
+// The copies of the last warm-up's outputs that answer a key's first call (Note [The first call
+// from its last warm-up], ops/gf_capture.c) are the caller's tensors, so they are made on the
+// caller's stream, which no routing filter takes, with the growth window closed: they come from
+// torch's ordinary pool, as a replay's outputs do.
 #include "gf_cuda_torch_internal.h"
 
+#include "gf_cuda_pool_growth.h"
 #include "gf_torch_errors.h"
 
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
 using graphed::cuda::torch_runner_of;
@@ -116,4 +122,42 @@ extern "C" gf_status gf_cuda_torch_warmup_end(void *, void *state, gf_error *err
   }
   gf_status joined = graphed::cuda::side_stream_end(runner, status == GF_OK ? err : nullptr);
   return status == GF_OK ? joined : status;
+}
+
+extern "C" gf_status gf_cuda_torch_caller_stream_begin(void *, void *state, gf_error *err) {
+  gf_cuda_torch_runner *runner = torch_runner_of(state);
+  gf_cuda_torch_pool *pool = runner->pool;
+  if (!runner->outer_stream.has_value() || *runner->outer_stream == *pool->side_stream) {
+    // A warm-up nested in another of this pool's: its caller's stream is the side stream, whose
+    // allocations are routed into the pool.
+    return gf_error_set(err, GF_ERR_NOT_FOUND, "graphed: the caller runs on the side stream");
+  }
+  try {
+    const c10::cuda::CUDAStream caller = *runner->outer_stream;
+    at::cuda::CUDAEvent warmed_up;
+    warmed_up.record(*pool->side_stream);
+    warmed_up.block(caller);
+    c10::cuda::setCurrentCUDAStream(caller);
+    graphed::cuda::pool_growth_end(); // begun again in caller_stream_end
+    return GF_OK;
+  } catch (...) {
+    return graphed::status_of_current_exception(
+        err, "graphed: switching to the caller's stream for the first call's outputs failed");
+  }
+}
+
+extern "C" gf_status gf_cuda_torch_caller_stream_end(void *, void *state, gf_error *err) {
+  gf_cuda_torch_runner *runner = torch_runner_of(state);
+  gf_cuda_torch_pool *pool = runner->pool;
+  graphed::cuda::pool_growth_begin();
+  try {
+    c10::cuda::setCurrentCUDAStream(*pool->side_stream);
+    at::cuda::CUDAEvent copied;
+    copied.record(*runner->outer_stream);
+    copied.block(*pool->side_stream);
+    return GF_OK;
+  } catch (...) {
+    return graphed::status_of_current_exception(
+        err, "graphed: making the side stream wait for the first call's outputs failed");
+  }
 }

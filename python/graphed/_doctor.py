@@ -189,8 +189,9 @@ def self_test(device_name: str, shown_reason: str = "") -> tuple[bool, str]:
         f"eager calls {stats['eager_calls']}, max |graphed - eager| {worst:.2g}"
     )
     if device.type == "cuda" and stats["enabled"]:
-        if stats["captures"] < 1 or stats["replays"] < 4:
-            return False, f"expected one capture and 4 replays; {summary}"
+        # the capturing call is a replay, or answered from its last warm-up (docs/api.md)
+        if stats["captures"] < 1 or stats["captures"] + stats["replays"] < 4:
+            return False, f"expected 4 calls served by one graph; {summary}"
         return True, f"captured and replayed on {device}; {summary}"
     if stats["eager_calls"] < 4:
         return False, f"expected 4 eager calls; {summary}"

@@ -148,7 +148,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         # pyext/gf_fastcall.c); each cache entry holds its own output template.
         self._call_state = _fastcall.CallState(rebuild_output)
         self._watch = Watch(self._call_state)
-        self._runs = _phases.ForwardRuns(self.name)
+        self._runs = _phases.ForwardRuns(self.name, self._call_state)
         # The kwargs of the latest calls without a graph, for the churn guard's warning.
         self._new_keys = NewKeys(kwargs_of)
         # Per thread, as re-entry is: how deep this runner's forward runs on this thread now (a

@@ -147,19 +147,22 @@ class _Snapshot:
         self.rebound = state.rebound
         self.first_run = True
 
-    def restore(self) -> list[str]:
-        """Puts the state tensors back; returns the names of what changed that cannot be."""
+    def restore(self) -> tuple[bool, list[str]]:
+        """Puts the state tensors back; returns whether any was, and the names of what changed
+        that cannot be."""
+        put_back = False
         with torch.no_grad():
             for tensor, version, copy in self.saved:
                 if tensor._version != version:
                     tensor.copy_(copy)
+                    put_back = True
         lost = [
             name for name, parameter, version in self.parameters if parameter._version != version
         ]
         first_run, self.first_run = self.first_run, False
         if self.rebound is not None:
             lost += self.rebound(first_run)
-        return lost
+        return put_back, lost
 
 
 # The hook that counts sync warnings is shared by every probe in flight: the first to begin puts
@@ -246,8 +249,9 @@ class ForwardRuns:
     whether what cannot be put back was named. GraphedForward holds one and its forward operator
     alone uses it, under the runner's lock."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, call_state: Any) -> None:
         self.name = name
+        self.call_state = call_state  # the GraphedForward's CallState (pyext/gf_call_state.h)
         self.snapshot: _Snapshot | None = None
         self.templates: list[Any] | None = None
         self.side_effects_named = False
@@ -257,7 +261,8 @@ class ForwardRuns:
         """Runs one forward of the core as `phase` requires: capture-aware answers during probe
         and warm-ups, and state tensors put back after each warm-up. `state` is called only when
         a capture's warm-ups start; what a warm-up changed that cannot be put back is named
-        (name_side_effects). A capture, or an eager run (after a failed probe), ends it."""
+        (name_side_effects), and a warm-up that changed nothing says so to the core. A capture, or
+        an eager run (after a failed probe), ends it."""
         if phase not in (PHASE_PROBE, PHASE_WARMUP):
             self.snapshot = None
             yield
@@ -276,9 +281,13 @@ class ForwardRuns:
                 yield
         finally:
             _local.as_if_capturing = outer
-            changed = snapshot.restore()
+            put_back, changed = snapshot.restore()
             if changed:
                 self.name_side_effects(changed)
+        if not put_back and not changed:
+            # Nothing to undo: the core may answer the capturing call with this warm-up's outputs
+            # (Note [The first call from its last warm-up], ops/gf_capture.c).
+            self.call_state.record_kept_state()
 
     def name_side_effects(self, names: list[str]) -> None:
         """Warns once what a warm-up (or a capture's forward) changed that graphed cannot put

@@ -266,11 +266,14 @@ protected:
 
   // One call that asks which entry served it; the slot (NULL: it ran eager).
   void **CallServed(const Inputs &inputs, const std::string &key) {
-    gf_served_entry served{reinterpret_cast<void **>(this)}; // not NULL: the call must set it
+    // Neither field as a call leaves it: the call must set both (the fakes have no caller-stream
+    // hooks, so no call of theirs is answered from a warm-up).
+    gf_served_entry served{reinterpret_cast<void **>(this), 1};
     gf_call_options options = kDefault;
     options.served = &served;
     Result result = Call(inputs.views, options, key);
     EXPECT_EQ(result.status, GF_OK) << result.message;
+    EXPECT_EQ(served.from_warm_up, 0);
     return served.user;
   }
 

@@ -50,6 +50,16 @@ TEST_F(RunnerCreate, RefusesABackendThatLacksADeviceHook) {
   EXPECT_EQ(host_.destroyed, 1) << "the host's context is freed on refusal";
 }
 
+TEST_F(RunnerCreate, RefusesHalfOfTheCallerStreamHooks) {
+  gf_backend table = backend_.table;
+  table.caller_stream_begin = [](void *, void *, gf_error *) { return GF_OK; };
+  table.caller_stream_end = nullptr;
+  EXPECT_EQ(Create(&table), GF_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(err_.message).find("caller_stream_begin and caller_stream_end"),
+            std::string::npos)
+      << err_.message;
+}
+
 TEST_F(RunnerCreate, RefusesHalfOfTheFoldingHooks) {
   gf_backend table = backend_.table;
   table.capture_copy_node = [](void *, void *, int, const gf_copy *, size_t, int *recorded,

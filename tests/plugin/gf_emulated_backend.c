@@ -1,6 +1,7 @@
 /* The emulated backend and the test plugin's registration (see gf_emulated_backend.h). Only the
  * hooks a host-memory device needs are filled; the optional begin/end hooks keep the core's
- * defaults (gf_backend.h). */
+ * defaults (gf_backend.h), but for the caller-stream pair, which has one stream to switch to and
+ * answers a key's first call from its last warm-up only while the hand-over switch is on. */
 #include "gf_emulated_backend.h"
 
 #include "gf_backend.h"
@@ -19,8 +20,30 @@
 static int gf_emulated_token;
 static atomic_int gf_emulated_failing;
 
+static atomic_int gf_emulated_handing_over;
+
 GF_EMULATED_EXPORT void gf_emulated_fail_captures(int fail) {
   atomic_store(&gf_emulated_failing, fail != 0);
+}
+
+GF_EMULATED_EXPORT void gf_emulated_hand_over_warm_ups(int hand_over) {
+  atomic_store(&gf_emulated_handing_over, hand_over != 0);
+}
+
+static gf_status gf_emulated_caller_stream_begin(void *context, void *state, gf_error *err) {
+  (void)context;
+  (void)state;
+  if (!atomic_load(&gf_emulated_handing_over)) {
+    return gf_error_set(err, GF_ERR_NOT_FOUND, "graphed: the emulated hand-over switch is off");
+  }
+  return GF_OK;
+}
+
+static gf_status gf_emulated_caller_stream_end(void *context, void *state, gf_error *err) {
+  (void)context;
+  (void)state;
+  (void)err;
+  return GF_OK;
 }
 
 static int gf_emulated_graphs_supported(void *context, int device_type, int device_index, char *why,
@@ -98,6 +121,8 @@ static gf_status gf_emulated_launch(void *context, void *state, void *graph, gf_
 static const gf_backend gf_emulated_backend = {
     .name = "emulated",
     .graphs_supported = gf_emulated_graphs_supported,
+    .caller_stream_begin = gf_emulated_caller_stream_begin,
+    .caller_stream_end = gf_emulated_caller_stream_end,
     .capture_end = gf_emulated_capture_end,
     .copy_batch = gf_emulated_copy_batch,
     .launch = gf_emulated_launch,

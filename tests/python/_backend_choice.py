@@ -4,7 +4,8 @@ The emulated backend is no part of the product: it lives in the test plugin
 (libgraphed_testing.so, tests/plugin), built with the GoogleTest suites and never installed. Loading
 it after graphed registers "emulated" into graphed's backend registry; a runner gets it by naming it
 (`GraphedForward(..., backend=EMULATED)`, `graphed.Runner(..., backend=EMULATED)`), and
-`failing_captures()` makes its captures fail, as a synchronizing operator or a broken driver would;
+`failing_captures()` makes its captures fail, as a synchronizing operator or a broken driver would,
+and `handing_over_warm_ups()` lets it answer a key's first call from its last warm-up, as CUDA does;
 `capturing_run()` and `fail_captures_of(module)` plant such a failure in one module's forward
 (on any backend), as a `.item()` the sync probe finds does.
 The `emulated_backend` fixture in conftest.py uses this, and so do the ranks the group tests start,
@@ -70,6 +71,19 @@ def load_emulated() -> str:
             )
         _loaded = ctypes.CDLL(str(found))
     return EMULATED
+
+
+@contextlib.contextmanager
+def handing_over_warm_ups() -> Iterator[None]:
+    """Inside the block, the first call of a key on the emulated backend may be answered from its
+    last warm-up, as on a CUDA device, instead of by a replay (off by default)."""
+    load_emulated()
+    assert _loaded is not None
+    _loaded.gf_emulated_hand_over_warm_ups(1)
+    try:
+        yield
+    finally:
+        _loaded.gf_emulated_hand_over_warm_ups(0)
 
 
 @contextlib.contextmanager
