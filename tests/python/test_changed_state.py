@@ -486,7 +486,9 @@ def test_verify_catches_a_stale_graph_on_the_device():
     gf = GraphedForward(module, device="cuda", verify=2)
     x = _stale_after_capture(gf, module, "cuda")
     torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)
-    assert "verify: call 2" in gf.disabled_reason
+    # The graph's first replay: its capturing call was answered from its last warm-up, which
+    # verify does not count (docs/api.md, Verify mode).
+    assert "verify: call 1" in gf.disabled_reason
 
 
 def _forward_runs(backend: str, calls: int) -> tuple[int, dict]:

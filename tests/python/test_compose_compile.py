@@ -82,4 +82,5 @@ def test_gpu_graphed_over_compile_replays_bitwise_equal_to_compiled() -> None:
     for each in (runner, eager_runner):
         stats = each.stats()
         assert stats["enabled"], stats["disabled_reason"]
-        assert (stats["captures"], stats["replays"], stats["eager_calls"]) == (1, 4, 0)
+        # the first call: its last warm-up's outputs
+        assert (stats["captures"], stats["replays"], stats["eager_calls"]) == (1, 3, 0)

@@ -68,4 +68,5 @@ def test_a_0d_device_tensor_replays_every_value_bitwise_as_eager_with_a_float():
         for name, g, w in zip(("float32", "bfloat16"), got, want, strict=True):
             assert torch.equal(g, w), f"{name} differs at scale={value}"
     stats = gf.stats()
-    assert (stats["captures"], stats["replays"], stats["eager_calls"]) == (1, len(VALUES), 0)
+    # the first call: its last warm-up's outputs
+    assert (stats["captures"], stats["replays"], stats["eager_calls"]) == (1, len(VALUES) - 1, 0)

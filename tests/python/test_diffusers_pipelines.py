@@ -391,5 +391,5 @@ def test_gpu_pipeline_bitwise_equal_to_eager(kind: str, install: str, dtype: tor
         finally:
             graphed.ungraph_pipeline(pipe)
     assert runner.stats()["enabled"], runner.disabled_reason
-    assert _counts(runner) == (1, 2 * steps, 0)
+    assert _counts(runner) == (1, 2 * steps - 1, 0)  # the first call: its last warm-up's outputs
     assert torch.equal(first, eager) and torch.equal(second, eager)

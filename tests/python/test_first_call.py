@@ -146,6 +146,7 @@ class Mlp(torch.nn.Module):
         return {"y": self.net(x) * scale, "last": x[-1]}
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_the_device_the_first_call_is_eagers_on_the_callers_stream():
     module = Mlp().cuda()

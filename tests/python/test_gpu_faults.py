@@ -48,7 +48,7 @@ def test_replay_after_empty_cache():
     torch.cuda.empty_cache()
     y = torch.randn(64, device="cuda")
     torch.testing.assert_close(gf(x=y), y * 3)
-    assert gf.stats()["replays"] == 2
+    assert gf.stats()["replays"] == 1  # the first call: its last warm-up's outputs
 
 
 class Interfered(nn.Module):

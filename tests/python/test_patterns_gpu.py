@@ -148,7 +148,8 @@ def test_registered_containers_replay_with_fresh_values():
             torch.testing.assert_close(got[key], want[key], rtol=0, atol=0)
     stats = gf.stats()
     assert stats["enabled"], stats["disabled_reason"]
-    assert (stats["captures"], stats["replays"]) == (1, 4)
+    # the first call: its last warm-up's outputs
+    assert (stats["captures"], stats["replays"]) == (1, 3)
 
 
 def test_a_cpu_tensor_is_refused_by_its_kwarg_path_in_torch_words():
@@ -188,4 +189,5 @@ def test_cpu_inputs_to_device_stages_what_a_pipeline_passes_on_the_host():
         )
     stats = staging.stats()
     assert stats["enabled"], stats["disabled_reason"]
-    assert (stats["captures"], stats["replays"]) == (1, 3)
+    # the first call: its last warm-up's outputs
+    assert (stats["captures"], stats["replays"]) == (1, 2)

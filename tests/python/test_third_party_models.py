@@ -194,7 +194,10 @@ def _run_against_eager(case: Case, device: str, *, replays_compute: bool, backen
         _assert_same_output(gf(**kwargs), want, values=replays_compute or call == 0)
     stats = gf.stats()
     assert stats["enabled"], stats["disabled_reason"]
-    assert (stats["captures"], stats["replays"], stats["eager_calls"]) == (1, CALLS, 0), stats
+    # On a CUDA device the first call is answered from its last warm-up, not by a replay; the
+    # emulated backend's tests leave that off (tests/python/_backend_choice.py).
+    replays = CALLS - 1 if device == "cuda" else CALLS
+    assert (stats["captures"], stats["replays"], stats["eager_calls"]) == (1, replays, 0), stats
 
 
 def test_model_output_is_captured_once_and_replayed_on_the_emulated_backend(case, emulated_backend):
