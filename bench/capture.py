@@ -2,8 +2,9 @@
 instance (probe, warm-up, capture and the first replay, all included) and the device memory that
 16 resident graphs of different row counts hold.
 
-First calls are timed for fresh instances, alternating graphed and seed, after one untimed
-instance of each has paid the process's one-time costs (kernel loading, library handles).
+First calls are timed for fresh instances, alternating graphed and seed and which of them goes
+first in each round, after one untimed instance of each has paid the process's one-time costs
+(kernel loading, library handles).
 Memory is read from the caching allocator: memory_allocated and max_memory_allocated deltas
 after reset_peak_memory_stats (the issue's measure), and memory_reserved deltas, which also show
 the free blocks that private graph pools keep.
@@ -60,7 +61,8 @@ def run_first_call(size: str, device: torch.device, repeats: int = 3) -> dict:
     with torch.no_grad():
         model(**kwargs)
         for repeat in range(repeats + 1):
-            for name, factory in factories.items():
+            order = list(factories.items())
+            for name, factory in order if repeat % 2 else reversed(order):
                 _settle()
                 start = time.perf_counter()
                 wrapper = factory()

@@ -220,12 +220,14 @@ def _capture(results: dict) -> list[str]:
                 rows.append(
                     [size, name, _fmt(method["first_call_ms"], 1), every, _fmt(method["create_ms"])]
                 )
+        repeats = next(iter(first.values()))["repeats"]
         lines += [
             "## First-call latency (capture)",
             "",
-            "A fresh instance's first call (probe, warm-up, capture, first replay), wall clock to "
-            "a synchronize; median of 3 fresh instances, graphed and seed alternating, after one "
-            "untimed instance of each. warmup_iters=2 for both.",
+            "A fresh instance's first call (probe, warm-up, capture, then the seed's first replay; "
+            "graphed answers it from its last warm-up where it can), wall clock to a synchronize; "
+            f"median of {repeats} fresh instances, graphed and seed alternating (and which goes "
+            "first), after one untimed instance of each. warmup_iters=2 for both.",
             "",
             *_table(["DiT", "method", "first call ms", "each ms", "create ms"], rows),
         ]
