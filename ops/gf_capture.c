@@ -110,8 +110,8 @@ static void gf_runner_report_thrash(gf_runner *runner) {
  *    caller_stream_begin/end), so that the warm-up's outputs go back to the pool the capture then
  *    allocates from, as before. They stand for a replay only where a replay would compute the
  *    same and leave the same behind:
- *    - no input was written in place, by the warm-up or by the capture's forward: a replay writes
- *      the new values back into the caller's tensors;
+ *    - no input was written in place, by a warm-up or by the capture's forward: a replay copies
+ *      the caller's values in again and writes the new ones back into the caller's tensors;
  *    - the host says the warm-up changed no other state (gf_host.last_forward_kept_state): a state
  *      tensor it wrote was put back after it, and a replay would write it again, as eager does;
  *    - the caller wants fresh outputs: static_outputs hands out the graph's own buffers, which
@@ -124,6 +124,7 @@ static void gf_runner_report_thrash(gf_runner *runner) {
  *    mode compares the graph's first replay instead (gf_served_entry.from_warm_up). */
 typedef struct gf_warm_up_answer {
   int wanted;                  /* the call may be answered so (set before the warm-ups) */
+  int inputs_written;          /* a forward before the capture wrote an input in place */
   int copied;                  /* the copies were made: `outputs` holds them all */
   gf_pool outputs;             /* the copies, owned */
   gf_device_memory copies_use; /* what making them added to the device memory in use and held */
@@ -225,19 +226,13 @@ static void gf_runner_agree_on_stage(gf_runner *runner, const char *stage, gf_st
 }
 
 /* Copies, for its call, the outputs of the warm-up that just ran (Note [The first call from its
- * last warm-up]) where it wrote no input in place (`mutated`, one byte per input) and its host
- * says it changed no other state; else leaves answer->outputs empty, as it does when the copies
- * cannot be made (the call then replays). Fails only where the side stream could not be made to
- * wait for the copies: the warm-up's outputs, which they read, are freed there next. */
+ * last warm-up]) where no forward before the capture wrote an input in place and its host says it
+ * changed no other state; else leaves answer->outputs empty, as it does when the copies cannot be
+ * made (the call then replays). Fails only where the side stream could not be made to wait for
+ * the copies: the warm-up's outputs, which they read, are freed there next. */
 static gf_status gf_runner_copy_warm_up_outputs(gf_runner *runner, const gf_pool *outputs,
-                                                const unsigned char *mutated, size_t input_count,
                                                 gf_warm_up_answer *answer, gf_error *err) {
-  for (size_t i = 0; i < input_count; ++i) {
-    if (mutated[i]) {
-      return GF_OK;
-    }
-  }
-  if (!runner->host.last_forward_kept_state(runner->host.context)) {
+  if (answer->inputs_written || !runner->host.last_forward_kept_state(runner->host.context)) {
     return GF_OK;
   }
   const gf_backend *backend = runner->backend;
@@ -275,10 +270,11 @@ static gf_status gf_runner_copy_warm_up_outputs(gf_runner *runner, const gf_pool
 /* One eager forward before a capture: the sync probe when `probing`, else a warm-up. The probe's
  * backend records a synchronizing operator rather than failing on it, so the forward always runs
  * to its end and every rank's collectives stay aligned; the failure counts once it returns. When
- * `answer` is not NULL this is the last forward before the capture, whose outputs may answer the
- * call (gf_runner_copy_warm_up_outputs). */
+ * `answer` is not NULL (the call may be answered from a warm-up) the inputs each forward writes in
+ * place are noted, and the outputs of the `last` forward before the capture may answer the call
+ * (gf_runner_copy_warm_up_outputs). */
 static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, int probing,
-                                           gf_warm_up_answer *answer, gf_error *err) {
+                                           gf_warm_up_answer *answer, int last, gf_error *err) {
   const gf_backend *backend = runner->backend;
   gf_error probe_err = {0};
   gf_status probe_status = GF_OK;
@@ -299,8 +295,13 @@ static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, i
       entry->inputs_shareable = GF_INPUTS_SHAREABLE;
     }
   }
-  if (status == GF_OK && mutated != NULL) {
-    status = gf_runner_copy_warm_up_outputs(runner, &scratch, mutated, input_count, answer, err);
+  if (answer != NULL) {
+    for (size_t i = 0; i < input_count; ++i) {
+      answer->inputs_written |= mutated == NULL || mutated[i]; /* unknown counts as written */
+    }
+  }
+  if (status == GF_OK && answer != NULL && last) {
+    status = gf_runner_copy_warm_up_outputs(runner, &scratch, answer, err);
   }
   free(mutated);
   gf_runner_discard_outputs(runner, &scratch);
@@ -344,8 +345,8 @@ static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, g
   gf_runner_agree_on_stage(runner, "before its warm-ups", &status, err);
   for (int i = 0; i < iterations && status == GF_OK; ++i) {
     const int probing = probe && i == 0;
-    gf_warm_up_answer *last = answer->wanted && i == iterations - 1 ? answer : NULL;
-    status = gf_runner_prepare_forward(runner, entry, probing, last, err);
+    status = gf_runner_prepare_forward(runner, entry, probing, answer->wanted ? answer : NULL,
+                                       i == iterations - 1, err);
     gf_runner_agree_on_stage(runner, probing ? "in its sync probe" : "in a warm-up", &status, err);
   }
   if (on_side_stream) {

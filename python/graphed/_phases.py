@@ -261,8 +261,9 @@ class ForwardRuns:
         """Runs one forward of the core as `phase` requires: capture-aware answers during probe
         and warm-ups, and state tensors put back after each warm-up. `state` is called only when
         a capture's warm-ups start; what a warm-up changed that cannot be put back is named
-        (name_side_effects), and a warm-up that changed nothing says so to the core. A capture, or
-        an eager run (after a failed probe), ends it."""
+        (name_side_effects), and a warm-up that changed nothing says so to the core (kept_state).
+        A capture, an eager run (after a failed probe) or a forward that raised ends it, so that
+        the next capture's warm-ups copy the state as it is then."""
         if phase not in (PHASE_PROBE, PHASE_WARMUP):
             self.snapshot = None
             yield
@@ -279,14 +280,29 @@ class ForwardRuns:
                 _probe_verdict(found)
             else:
                 yield
+        except BaseException:
+            self.snapshot = None
+            raise
         finally:
             _local.as_if_capturing = outer
+            # Before restore, which records the module again: whether the watch saw the forward
+            # change anything, a lazy setup too.
+            watched = snapshot.rebound is not None and not self.call_state.watch_fired()
             put_back, changed = snapshot.restore()
             if changed:
                 self.name_side_effects(changed)
-        if not put_back and not changed:
-            # Nothing to undo: the core may answer the capturing call with this warm-up's outputs
-            # (Note [The first call from its last warm-up], ops/gf_capture.c).
+        if watched and not put_back and not changed:
+            self.kept_state()
+
+    def kept_state(self) -> None:
+        """Tells the core that the warm-up that just ran changed nothing: it may answer the
+        capturing call with that warm-up's outputs (Note [The first call from its last warm-up],
+        ops/gf_capture.c). Not where the state is unknown (a callable that is not a module, whose
+        attributes no watch sees), and not in a distributed job (torch.distributed initialized):
+        a rank whose copies failed would replay the graph, and its collectives, where its peers
+        did not."""
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if not distributed:
             self.call_state.record_kept_state()
 
     def name_side_effects(self, names: list[str]) -> None:

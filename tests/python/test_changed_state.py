@@ -266,6 +266,26 @@ def test_keep_alive_tensors_advance_once_per_call(emulated_backend):
     assert gf.stats()["captures"] == 1
 
 
+class RefusesFive(Accumulates):
+    def forward(self, x):
+        if x.shape[0] == 5:
+            raise ValueError("no fives")
+        return super().forward(x)
+
+
+def test_a_warm_up_that_raised_leaves_no_copy_for_the_next_capture(emulated_backend):
+    # The copies a capture's warm-ups put back are taken anew for each capture: a key whose probe
+    # raised must not leave its copy of the state to the next key's warm-ups.
+    module = RefusesFive()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, churn_limit=0)
+    gf(torch.ones(1))
+    with pytest.raises(ValueError, match="no fives"):
+        gf(torch.ones(5))
+    module.steps.fill_(100.0)
+    gf(torch.ones(2))
+    assert module.steps.item() == 101.0  # one step from the user's 100, as eagerly
+
+
 def test_a_tensor_attribute_is_put_back(emulated_backend):
     module = Accumulates()
     gf = GraphedForward(module, device="cpu", backend=emulated_backend, warmup_iters=2)
