@@ -121,7 +121,9 @@ static void gf_runner_report_thrash(gf_runner *runner) {
  *    - the capture's forward returned as many outputs, of the same dtypes and shapes.
  *    Otherwise, or where the backend has no such hooks, the call replays. Such a call counts a
  *    capture and no replay, its copies are left out of the capture's device memory, and verify
- *    mode compares the graph's first replay instead (gf_served_entry.from_warm_up). */
+ *    mode compares the graph's first replay instead (gf_served_entry.from_warm_up). The copies
+ *    live through the capture, one set of outputs in torch's ordinary pool that a replay would
+ *    allocate after it; and the graph's first launch moves to the key's second call. */
 typedef struct gf_warm_up_answer {
   int wanted;                  /* the call may be answered so (set before the warm-ups) */
   int inputs_written;          /* a forward before the capture wrote an input in place */
