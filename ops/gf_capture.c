@@ -244,20 +244,16 @@ static gf_status gf_runner_copy_warm_up_outputs(gf_runner *runner, const gf_pool
   }
   const gf_device_memory before = gf_runner_device_memory(runner);
   gf_status status = gf_runner_reserve_copies(runner, outputs->count, &declined);
-  size_t copies = 0;
   for (size_t i = 0; status == GF_OK && i < outputs->count; ++i) {
     const gf_tensor *computed = &outputs->tensors[i];
     gf_tensor copy = {0};
     status = runner->host.empty_like(runner->host.context, computed, &copy, &declined);
+    runner->scratch_copies[i] =
+        (gf_copy){copy.data, computed->data, (size_t)gf_tensor_nbytes(computed)};
     status = gf_runner_adopt(runner, &answer->outputs, status, &copy, &declined);
-    const size_t bytes = (size_t)gf_tensor_nbytes(computed);
-    if (status == GF_OK && bytes > 0) {
-      runner->scratch_copies[copies++] = (gf_copy){copy.data, computed->data, bytes};
-    }
   }
-  if (status == GF_OK && copies > 0) {
-    status = backend->copy_batch(backend->context, runner->backend_state, runner->scratch_copies,
-                                 copies, &declined);
+  if (status == GF_OK) {
+    status = gf_runner_copy_nonempty(runner, runner->scratch_copies, outputs->count, &declined);
   }
   const gf_device_memory after = gf_runner_device_memory(runner);
   answer->copies_use.in_use = gf_bytes_growth(before.in_use, after.in_use);
@@ -393,11 +389,7 @@ static const gf_entry *gf_runner_input_lender(const gf_runner *runner, const gf_
     if (!gf_entries_may_share_input(entry, lender, index)) {
       continue;
     }
-    const gf_tensor *held = &lender->static_inputs.tensors[index];
-    if (held->dtype == wanted->dtype && held->itemsize == wanted->itemsize &&
-        held->device_type == wanted->device_type && held->device_index == wanted->device_index &&
-        held->ndim == wanted->ndim &&
-        memcmp(held->sizes, wanted->sizes, (size_t)wanted->ndim * sizeof wanted->sizes[0]) == 0) {
+    if (gf_tensor_same_shape(&lender->static_inputs.tensors[index], wanted)) {
       return lender;
     }
   }
@@ -524,20 +516,16 @@ static int gf_runner_may_answer_from_warm_up(const gf_runner *runner,
          runner->host.last_forward_kept_state != NULL && backend->caller_stream_begin != NULL;
 }
 
-/* Whether the copies of the last warm-up's outputs stand for this entry's replay: there are some
+/* Whether the copies of the last warm-up's outputs stand for this entry's replay: they were made
  * (or the forward returns no tensor), the capture's forward wrote no input in place either, and it
- * returned tensors of the same number, dtypes and shapes. */
+ * returned tensors of the same number, dtypes, devices and shapes. */
 static int gf_runner_warm_up_answers(const gf_entry *entry, const gf_warm_up_answer *answer) {
   const gf_pool *captured = &entry->static_outputs;
   if (!answer->copied || entry->mutated_count > 0 || answer->outputs.count != captured->count) {
     return 0;
   }
   for (size_t i = 0; i < captured->count; ++i) {
-    const gf_tensor *want = &captured->tensors[i];
-    const gf_tensor *have = &answer->outputs.tensors[i];
-    if (have->dtype != want->dtype || have->itemsize != want->itemsize ||
-        have->ndim != want->ndim ||
-        memcmp(have->sizes, want->sizes, (size_t)want->ndim * sizeof want->sizes[0]) != 0) {
+    if (!gf_tensor_same_shape(&answer->outputs.tensors[i], &captured->tensors[i])) {
       return 0;
     }
   }

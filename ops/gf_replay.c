@@ -59,22 +59,6 @@ static gf_status gf_runner_output_slots(gf_runner *runner, const gf_entry *entry
   return status;
 }
 
-/* Runs the non-empty copies of a list as one batch. */
-static gf_status gf_runner_copy_nonempty(gf_runner *runner, gf_copy *copies, size_t count,
-                                         gf_error *err) {
-  size_t kept = 0;
-  for (size_t i = 0; i < count; ++i) {
-    if (copies[i].bytes > 0) {
-      copies[kept++] = copies[i];
-    }
-  }
-  if (kept == 0) {
-    return GF_OK;
-  }
-  return runner->backend->copy_batch(runner->backend->context, runner->backend_state, copies, kept,
-                                     err);
-}
-
 /* The replay path: refresh the static inputs, launch, fill the outputs and write mutated inputs
  * back. When the copies were folded into the graph at capture this is one launch (the
  * write-backs ride in the output node's table); otherwise a batched copy on either side of it. */

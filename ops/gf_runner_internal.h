@@ -165,6 +165,22 @@ static inline gf_status gf_runner_reserve_copies(gf_runner *runner, size_t count
   return GF_OK;
 }
 
+/* Runs the non-empty copies of a list as one batch (the list is compacted in place). */
+static inline gf_status gf_runner_copy_nonempty(gf_runner *runner, gf_copy *copies, size_t count,
+                                                gf_error *err) {
+  size_t kept = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (copies[i].bytes > 0) {
+      copies[kept++] = copies[i];
+    }
+  }
+  if (kept == 0) {
+    return GF_OK;
+  }
+  return runner->backend->copy_batch(runner->backend->context, runner->backend_state, copies, kept,
+                                     err);
+}
+
 /* An eager run on the caller's own tensors: their in-place writes happen for real, and are
  * reported to a caller that asked (it may have passed temporary copies). */
 static inline gf_status gf_runner_run_eager(gf_runner *runner, const gf_tensor *inputs,

@@ -44,6 +44,19 @@ int gf_tensor_is_contiguous(const gf_tensor *t) {
   return 1;
 }
 
+int gf_tensor_same_shape(const gf_tensor *a, const gf_tensor *b) {
+  if (a->dtype != b->dtype || a->itemsize != b->itemsize || a->device_type != b->device_type ||
+      a->device_index != b->device_index || a->ndim != b->ndim) {
+    return 0;
+  }
+  for (int32_t d = 0; d < a->ndim; ++d) {
+    if (a->sizes[d] != b->sizes[d]) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
 int gf_tensor_same_view(const gf_tensor *a, const gf_tensor *b) {
   if (a->data != b->data || a->ndim != b->ndim) {
     return 0;

@@ -39,6 +39,10 @@ int gf_tensor_is_contiguous(const gf_tensor *t);
  */
 int gf_tensor_same_view(const gf_tensor *a, const gf_tensor *b);
 
+/* 1 when a and b have the same dtype, item size, device and sizes: a buffer of one can hold the
+ * other's values (their addresses and strides aside). */
+int gf_tensor_same_shape(const gf_tensor *a, const gf_tensor *b);
+
 #ifdef __cplusplus
 }
 #endif

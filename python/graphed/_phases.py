@@ -285,13 +285,13 @@ class ForwardRuns:
             raise
         finally:
             _local.as_if_capturing = outer
-            # Before restore, which records the module again: whether the watch saw the forward
-            # change anything, a lazy setup too.
-            watched = snapshot.rebound is not None and not self.call_state.watch_fired()
+            # Before restore, which records the module again: whether the module is watched and
+            # the watch saw the forward change nothing, not even a lazy setup.
+            unseen_by_watch = snapshot.rebound is not None and not self.call_state.watch_fired()
             put_back, changed = snapshot.restore()
             if changed:
                 self.name_side_effects(changed)
-        if watched and not put_back and not changed:
+        if unseen_by_watch and not put_back and not changed:
             self.kept_state()
 
     def kept_state(self) -> None:
