@@ -77,9 +77,9 @@ typedef struct gf_backend {
    * copies handed to the caller are made there, in memory of the caller's own / go back to the
    * side stream, which waits for those copies before it frees what they read. The first call of a
    * key is then answered from its last warm-up (Note [The first call from its last warm-up],
-   * gf_capture.c). begin returns GF_ERR_NOT_FOUND, having changed nothing, where it cannot now;
-   * end is called after every begin that returned GF_OK. Optional, both or neither (default: the
-   * first call of a key replays its new graph). */
+   * gf_warm_up_answer.c). begin returns GF_ERR_NOT_FOUND, having changed nothing, where it cannot
+   * now; end is called after every begin that returned GF_OK. Optional, both or neither (default:
+   * the first call of a key replays its new graph). */
   gf_status (*caller_stream_begin)(void *context, void *state, gf_error *err);
   gf_status (*caller_stream_end)(void *context, void *state, gf_error *err);
 

@@ -2,7 +2,7 @@
  * signature does, in this order (the functions of each step in brackets; the file defines helpers
  * first, so gf_runner_capture_and_replay, which drives the whole, comes last).
  *   1. Room: LRU eviction, or growth past max_entries when every entry is pinned; a new entry
- *      (gf_runner_capture_and_replay).
+ *      (gf_runner_make_room, gf_runner_capture_and_replay).
  *   2. Static copies: each live input cloned, the keep-alive tensors retained
  *      (gf_runner_take_static_inputs); after the warm-ups, a clone that another entry holds a
  *      buffer of the same dtype and shape for becomes that buffer (gf_runner_share_static_inputs).
@@ -12,19 +12,22 @@
  *   4. The capture: the input copy node, the forward, the inputs it wrote in place, the output
  *      copy node (gf_runner_capture, gf_runner_capture_copy_node, gf_runner_keep_mutated).
  *   5. Agreement on the capture, then insertion; any failure releases the entry and disables the
- *      runner, and the call runs eager (gf_runner_capture_and_replay; the release and the disable
- *      are gf_runner_release.c's gf_runner_release_entry and gf_runner_fail).
+ *      runner, and the call runs eager, except where the device ran out of memory or the forward
+ *      raised (gf_runner_capture_and_replay, gf_runner_capture_failed; the release and the
+ *      disable are gf_runner_release.c's gf_runner_release_entry and gf_runner_fail).
  *   6. The capture event (time, device memory in use and held), then this call's outputs: copies
- *      of its last warm-up's, made before the capture where nothing tells them from a replay's
- *      (Note [The first call from its last warm-up]; gf_runner_copy_warm_up_outputs,
- *      gf_runner_hand_over), else a replay (gf_runner_report_capture, gf_runner_replay in
- *      gf_replay.c).
- * Nothing here calls into gf_runner.c, which calls this file. */
-#include "gf_runner_internal.h"
+ *      of its last warm-up's, made before the capture where nothing tells them from a replay's,
+ *      else a replay (gf_runner_report_capture, gf_runner_replay in gf_replay.c).
+ * The copies of step 6 are gf_warm_up_answer.c's (Note [The first call from its last warm-up]):
+ * the protocol asks it before the warm-ups (gf_runner_may_answer_from_warm_up), after each
+ * forward before the capture (gf_warm_up_answer_note_forward), after the capture
+ * (gf_warm_up_answer_settle) and for the hand-over (gf_runner_hand_over); a call it may not
+ * answer passes no answer down (NULL). Nothing here calls into gf_runner.c, which calls this
+ * file. */
+#include "gf_warm_up_answer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 static double gf_seconds_now(void) {
@@ -33,28 +36,6 @@ static double gf_seconds_now(void) {
     return 0.0;
   }
   return (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
-}
-
-/* What the device's memory stands at: in use (handed out) and held by the allocator. */
-typedef struct gf_device_memory {
-  int64_t in_use;
-  int64_t reserved;
-} gf_device_memory;
-
-static gf_device_memory gf_runner_device_memory(const gf_runner *runner) {
-  const gf_backend *backend = runner->backend;
-  gf_device_memory now = {-1, -1};
-  if (backend->device_bytes_in_use != NULL) {
-    now.in_use = backend->device_bytes_in_use(backend->context, runner->backend_state);
-  }
-  if (backend->device_bytes_reserved != NULL) {
-    now.reserved = backend->device_bytes_reserved(backend->context, runner->backend_state);
-  }
-  return now;
-}
-
-static int64_t gf_bytes_growth(int64_t before, int64_t after) {
-  return before >= 0 && after >= 0 ? after - before : -1;
 }
 
 /* Holds back the key `key_hash` that ran out of device memory (gf_backoff.h) and warns of the
@@ -74,63 +55,6 @@ static void gf_runner_hold_back(gf_runner *runner, uint64_t key_hash, const char
            (unsigned long long)held, why);
   gf_runner_warn(runner, message);
 }
-
-enum {
-  /* captures past this many times max_entries, with evictions, are told as churn where the churn
-   * guard does not hold new keys back (churn_limit 0, or a runner with a process group) */
-  GF_THRASH_FACTOR = 4
-};
-
-/* Tells the host, once, that captures keep evicting where the churn guard (gf_churn.h) is off:
- * keys that change on every call, or a cache too small for the shapes in use. */
-static void gf_runner_report_thrash(gf_runner *runner) {
-  const int guarded = runner->churn.limit > 0 && runner->host.agree == NULL;
-  if (guarded || runner->thrash_said || runner->cache.evictions == 0 ||
-      runner->captures <= GF_THRASH_FACTOR * runner->cache.max_entries) {
-    return;
-  }
-  runner->thrash_said = 1;
-  char message[256];
-  snprintf(message, sizeof message,
-           "%llu captures and %llu evictions with max_entries=%zu: calls keep making new keys "
-           "(a value or shape that changes per call) or the cache is too small for the shapes in "
-           "use",
-           (unsigned long long)runner->captures, (unsigned long long)runner->cache.evictions,
-           runner->cache.max_entries);
-  gf_runner_tell_churn(runner, message);
-}
-
-/* Note [The first call from its last warm-up]
- * Q: The first call of a key runs its warm-ups, the capture and then a replay of the new graph.
- *    Why not give it what its last warm-up computed?
- * A: Where nothing can tell the two apart, it does: the call gets copies of the last warm-up's
- *    outputs and the replay is not run, which saves its device time on every new key (on an H200,
- *    2.8 ms of the 54 ms first call of the big benchmark DiT). The copies are made right after
- *    that warm-up, on the caller's stream and in the caller's memory (the backend's
- *    caller_stream_begin/end), so that the warm-up's outputs go back to the pool the capture then
- *    allocates from, as before. They stand for a replay only where a replay would compute the
- *    same and leave the same behind:
- *    - no input was written in place, by a warm-up or by the capture's forward: a replay copies
- *      the caller's values in again and writes the new ones back into the caller's tensors;
- *    - the host says the warm-up changed no other state (gf_host.last_forward_kept_state): a state
- *      tensor it wrote was put back after it, and a replay would write it again, as eager does;
- *    - the caller wants fresh outputs: static_outputs hands out the graph's own buffers, which
- *      only a replay fills;
- *    - there is no process group: the ranks' hosts may answer differently, and a rank that
- *      replays a graph holding a collective would wait for one that does not;
- *    - the capture's forward returned as many outputs, of the same dtypes and shapes.
- *    Otherwise, or where the backend has no such hooks, the call replays. Such a call counts a
- *    capture and no replay, its copies are left out of the capture's device memory, and verify
- *    mode compares the graph's first replay instead (gf_served_entry.from_warm_up). The copies
- *    live through the capture, one set of outputs in torch's ordinary pool that a replay would
- *    allocate after it; and the graph's first launch moves to the key's second call. */
-typedef struct gf_warm_up_answer {
-  int wanted;                  /* the call may be answered so (set before the warm-ups) */
-  int inputs_written;          /* a forward before the capture wrote an input in place */
-  int copied;                  /* the copies were made: `outputs` holds them all */
-  gf_pool outputs;             /* the copies, owned */
-  gf_device_memory copies_use; /* what making them added to the device memory in use and held */
-} gf_warm_up_answer;
 
 /* Says what a capture cost; the copies a call is answered with are the call's, not the graph's. */
 static void gf_runner_report_capture(gf_runner *runner, gf_entry *entry, double started,
@@ -204,10 +128,6 @@ static gf_status gf_runner_keep_mutated(gf_entry *entry, const unsigned char *mu
   return GF_OK;
 }
 
-static void gf_runner_discard_outputs(gf_runner *runner, gf_pool *outputs) {
-  gf_pool_free(outputs, gf_runner_release_handle, runner);
-}
-
 /* With a process group, the ranks meet here: the MIN of every rank's status so far. A rank whose
  * own status is fine learns that another one failed `stage`. Called at the same points on every
  * rank (the eager forwards of a capture run only while every rank is fine), so that no rank runs
@@ -227,50 +147,12 @@ static void gf_runner_agree_on_stage(gf_runner *runner, const char *stage, gf_st
   }
 }
 
-/* Copies, for its call, the outputs of the warm-up that just ran (Note [The first call from its
- * last warm-up]) where no forward before the capture wrote an input in place and its host says it
- * changed no other state; else leaves answer->outputs empty, as it does when the copies cannot be
- * made (the call then replays). Fails only where the side stream could not be made to wait for
- * the copies: the warm-up's outputs, which they read, are freed there next. */
-static gf_status gf_runner_copy_warm_up_outputs(gf_runner *runner, const gf_pool *outputs,
-                                                gf_warm_up_answer *answer, gf_error *err) {
-  if (answer->inputs_written || !runner->host.last_forward_kept_state(runner->host.context)) {
-    return GF_OK;
-  }
-  const gf_backend *backend = runner->backend;
-  gf_error declined = {0}; /* a copy that cannot be made only means a replay */
-  if (backend->caller_stream_begin(backend->context, runner->backend_state, &declined) != GF_OK) {
-    return GF_OK;
-  }
-  const gf_device_memory before = gf_runner_device_memory(runner);
-  gf_status status = gf_runner_reserve_copies(runner, outputs->count, &declined);
-  for (size_t i = 0; status == GF_OK && i < outputs->count; ++i) {
-    const gf_tensor *computed = &outputs->tensors[i];
-    gf_tensor copy = {0};
-    status = runner->host.empty_like(runner->host.context, computed, &copy, &declined);
-    runner->scratch_copies[i] =
-        (gf_copy){copy.data, computed->data, (size_t)gf_tensor_nbytes(computed)};
-    status = gf_runner_adopt(runner, &answer->outputs, status, &copy, &declined);
-  }
-  if (status == GF_OK) {
-    status = gf_runner_copy_nonempty(runner, runner->scratch_copies, outputs->count, &declined);
-  }
-  const gf_device_memory after = gf_runner_device_memory(runner);
-  answer->copies_use.in_use = gf_bytes_growth(before.in_use, after.in_use);
-  answer->copies_use.reserved = gf_bytes_growth(before.reserved, after.reserved);
-  answer->copied = status == GF_OK;
-  if (status != GF_OK) {
-    gf_runner_discard_outputs(runner, &answer->outputs);
-  }
-  return backend->caller_stream_end(backend->context, runner->backend_state, err);
-}
-
 /* One eager forward before a capture: the sync probe when `probing`, else a warm-up. The probe's
  * backend records a synchronizing operator rather than failing on it, so the forward always runs
  * to its end and every rank's collectives stay aligned; the failure counts once it returns. When
  * `answer` is not NULL (the call may be answered from a warm-up) the inputs each forward writes in
  * place are noted, and the outputs of the `last` forward before the capture may answer the call
- * (gf_runner_copy_warm_up_outputs). */
+ * (gf_warm_up_answer_note_forward). */
 static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, int probing,
                                            gf_warm_up_answer *answer, int last, gf_error *err) {
   const gf_backend *backend = runner->backend;
@@ -294,12 +176,8 @@ static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, i
     }
   }
   if (answer != NULL) {
-    for (size_t i = 0; i < input_count; ++i) {
-      answer->inputs_written |= mutated == NULL || mutated[i]; /* unknown counts as written */
-    }
-  }
-  if (status == GF_OK && answer != NULL && last) {
-    status = gf_runner_copy_warm_up_outputs(runner, &scratch, answer, err);
+    status = gf_warm_up_answer_note_forward(runner, answer, status, mutated, input_count,
+                                            last ? &scratch : NULL, err);
   }
   free(mutated);
   gf_runner_discard_outputs(runner, &scratch);
@@ -321,7 +199,8 @@ static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, i
  * the capture does; it counts as a warm-up, and runs even when warmup_iters is 0. Later captures
  * run min(warmup_iters, 1) warm-ups. These forwards are live: with a process group the ranks
  * agree before the first (on everything up to it: static copies, the side stream) and after
- * each, and all stop at the first failure of any. `status` is the capture's so far. */
+ * each, and all stop at the first failure of any. `status` is the capture's so far; `answer` is
+ * NULL unless the call may be answered from its last warm-up. */
 static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, gf_status status,
                                            gf_warm_up_answer *answer, gf_error *err) {
   const gf_backend *backend = runner->backend;
@@ -343,8 +222,7 @@ static gf_status gf_runner_prepare_capture(gf_runner *runner, gf_entry *entry, g
   gf_runner_agree_on_stage(runner, "before its warm-ups", &status, err);
   for (int i = 0; i < iterations && status == GF_OK; ++i) {
     const int probing = probe && i == 0;
-    status = gf_runner_prepare_forward(runner, entry, probing, answer->wanted ? answer : NULL,
-                                       i == iterations - 1, err);
+    status = gf_runner_prepare_forward(runner, entry, probing, answer, i == iterations - 1, err);
     gf_runner_agree_on_stage(runner, probing ? "in its sync probe" : "in a warm-up", &status, err);
   }
   if (on_side_stream) {
@@ -453,7 +331,8 @@ static gf_status gf_runner_share_static_inputs(gf_runner *runner, gf_entry *entr
   return status;
 }
 
-/* The capture protocol for the first call of a signature, up to but not including agreement. */
+/* The capture protocol for the first call of a signature, up to but not including agreement;
+ * `answer` is NULL unless the call may be answered from its last warm-up. */
 static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_tensor *inputs,
                                    size_t count, const gf_tensor *keep_alive,
                                    size_t keep_alive_count, gf_warm_up_answer *answer,
@@ -507,67 +386,9 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
   return status;
 }
 
-/* Whether the call may be answered from its last warm-up at all (Note [The first call from its
- * last warm-up]): asked before the warm-ups, so that none is kept for a call that replays. */
-static int gf_runner_may_answer_from_warm_up(const gf_runner *runner,
-                                             const gf_call_options *options) {
-  const gf_backend *backend = runner->backend;
-  return !options->static_outputs && runner->host.agree == NULL &&
-         runner->host.last_forward_kept_state != NULL && backend->caller_stream_begin != NULL;
-}
-
-/* Whether the copies of the last warm-up's outputs stand for this entry's replay: they were made
- * (or the forward returns no tensor), the capture's forward wrote no input in place either, and it
- * returned tensors of the same number, dtypes, devices and shapes. */
-static int gf_runner_warm_up_answers(const gf_entry *entry, const gf_warm_up_answer *answer) {
-  const gf_pool *captured = &entry->static_outputs;
-  if (!answer->copied || entry->mutated_count > 0 || answer->outputs.count != captured->count) {
-    return 0;
-  }
-  for (size_t i = 0; i < captured->count; ++i) {
-    if (!gf_tensor_same_shape(&answer->outputs.tensors[i], &captured->tensors[i])) {
-      return 0;
-    }
-  }
-  return 1;
-}
-
-/* Gives the call the copies of its last warm-up's outputs, in place of a replay of `entry`. */
-static gf_status gf_runner_hand_over(gf_runner *runner, gf_entry *entry, gf_warm_up_answer *answer,
-                                     size_t input_count, const gf_call_options *options,
-                                     gf_pool *results, gf_error *err) {
-  gf_status status = GF_OK;
-  size_t moved = 0;
-  for (; status == GF_OK && moved < answer->outputs.count; ++moved) {
-    status = gf_pool_add(results, &answer->outputs.tensors[moved], err);
-  }
-  if (status != GF_OK) {
-    moved--; /* the one that failed stays the answer's, to be released with the rest */
-  }
-  for (size_t i = moved; i < answer->outputs.count; ++i) {
-    runner->host.release(runner->host.context, answer->outputs.tensors[i].handle);
-  }
-  answer->outputs.count = 0; /* the handles moved are the results' now */
-  gf_pool_free(&answer->outputs, NULL, NULL);
-  if (status != GF_OK) {
-    return status; /* gf_runner_call releases the outputs this call appended */
-  }
-  if (options->mutated_inputs != NULL) {
-    memset(options->mutated_inputs, 0, input_count);
-  }
-  if (options->served != NULL) {
-    options->served->user = &entry->user;
-    options->served->from_warm_up = 1;
-  }
-  return GF_OK;
-}
-
-gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *inputs, size_t count,
-                                       const gf_tensor *keep_alive, size_t keep_alive_count,
-                                       const gf_call_options *options, gf_pool *results,
-                                       gf_error *err) {
-  const double started = gf_seconds_now();
-  const gf_device_memory memory_before = gf_runner_device_memory(runner);
+/* Room for a new entry: the LRU entry evicted (told to the host as an eviction), or, when every
+ * entry is pinned, the cache grown past max_entries, which is warned of. */
+static void gf_runner_make_room(gf_runner *runner) {
   int grew_past_limit = 0;
   runner->evicting = 1;
   gf_cache_make_room(&runner->cache, &grew_past_limit);
@@ -580,43 +401,26 @@ gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *input
              runner->cache.max_entries);
     gf_runner_warn(runner, message);
   }
-  gf_entry *entry = gf_entry_create(&runner->scratch_signature, options->pin, err);
-  if (entry == NULL) {
-    return err->code;
-  }
-  const uint64_t key_hash = entry->signature.hash;
-  gf_error capture_err = {0};
-  gf_warm_up_answer answer = {.wanted = gf_runner_may_answer_from_warm_up(runner, options)};
-  gf_status status = gf_runner_capture(runner, entry, inputs, count, keep_alive, keep_alive_count,
-                                       &answer, &capture_err);
-  gf_runner_agree_on_stage(runner, "its capture", &status, &capture_err);
-  if (status == GF_OK) {
-    status = gf_cache_insert(&runner->cache, entry, &capture_err);
-    if (status != GF_OK) {
-      gf_runner_release_entry(runner, entry);
-      gf_entry_destroy(entry);
-    }
-  } else {
-    gf_runner_release_entry(runner, entry);
-    gf_entry_destroy(entry);
-  }
-  const int answered = status == GF_OK && gf_runner_warm_up_answers(entry, &answer);
-  if (!answered) {
-    gf_runner_discard_outputs(runner, &answer.outputs);
-    answer.copies_use = (gf_device_memory){0, 0}; /* the capture's figures keep nothing out */
-  }
+}
+
+/* What a call whose capture failed with `status` (why: `capture_err`) gets, its entry released
+ * first: eager's answer, its own error, or an eager run after the runner is disabled. */
+static gf_status gf_runner_capture_failed(gf_runner *runner, gf_status status, uint64_t key_hash,
+                                          const gf_error *capture_err, const gf_tensor *inputs,
+                                          size_t count, const gf_call_options *options,
+                                          gf_pool *results, gf_error *err) {
   if (status == GF_ERR_DEVICE_MEMORY && runner->host.agree == NULL) {
     /* Note [Out of device memory while capturing]
      * Q: The device ran out of memory during the probe, a warm-up or the capture of a new key (the
      *    forward's allocations, the static buffers, the graph): what does the caller get?
-     * A: What eager gives: the attempt's entry is released above (its static buffers and graph;
+     * A: What eager gives: the attempt's entry is released first (its static buffers and graph;
      *    the backend's capture end gave back what the graph pool had taken), and the call runs
      *    eager, which raises eager's own error if eager runs out too. The runner stays enabled,
      *    its graphs keep replaying, and the key is held back (gf_backoff.h) so that the next
      *    calls do not pay for the same failure; the first such failure is warned of, with torch's
      *    figures. With a process group it is a capture failure like any other (below), so that
      *    the ranks stay together. */
-    gf_runner_hold_back(runner, key_hash, capture_err.message);
+    gf_runner_hold_back(runner, key_hash, capture_err->message);
     return gf_runner_run_eager(runner, inputs, count, options, results, err);
   }
   if (status == GF_ERR_FORWARD && runner->host.agree == NULL) {
@@ -629,13 +433,42 @@ gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *input
      *    forward does not run again. With a process group it is a capture failure like any
      *    other: every rank disables together (below), and the eager run after it runs the forward
      *    again on every rank, so that its collectives pair with the peers'. */
-    return gf_error_set(err, status, "%s", capture_err.message);
+    return gf_error_set(err, status, "%s", capture_err->message);
+  }
+  char reason[GF_REASON_CAPACITY];
+  snprintf(reason, sizeof reason, "capture failed: %.480s", capture_err->message);
+  gf_runner_fail(runner, reason);
+  return gf_runner_run_eager(runner, inputs, count, options, results, err);
+}
+
+gf_status gf_runner_capture_and_replay(gf_runner *runner, const gf_tensor *inputs, size_t count,
+                                       const gf_tensor *keep_alive, size_t keep_alive_count,
+                                       const gf_call_options *options, gf_pool *results,
+                                       gf_error *err) {
+  const double started = gf_seconds_now();
+  const gf_device_memory memory_before = gf_runner_device_memory(runner);
+  gf_runner_make_room(runner);
+  gf_entry *entry = gf_entry_create(&runner->scratch_signature, options->pin, err);
+  if (entry == NULL) {
+    return err->code;
+  }
+  const uint64_t key_hash = entry->signature.hash;
+  gf_error capture_err = {0};
+  gf_warm_up_answer answer = {.wanted = gf_runner_may_answer_from_warm_up(runner, options)};
+  gf_status status = gf_runner_capture(runner, entry, inputs, count, keep_alive, keep_alive_count,
+                                       answer.wanted ? &answer : NULL, &capture_err);
+  gf_runner_agree_on_stage(runner, "its capture", &status, &capture_err);
+  if (status == GF_OK) {
+    status = gf_cache_insert(&runner->cache, entry, &capture_err);
   }
   if (status != GF_OK) {
-    char reason[GF_REASON_CAPACITY];
-    snprintf(reason, sizeof reason, "capture failed: %.480s", capture_err.message);
-    gf_runner_fail(runner, reason);
-    return gf_runner_run_eager(runner, inputs, count, options, results, err);
+    gf_runner_release_entry(runner, entry);
+    gf_entry_destroy(entry);
+  }
+  const int answered = gf_warm_up_answer_settle(runner, status == GF_OK ? entry : NULL, &answer);
+  if (status != GF_OK) {
+    return gf_runner_capture_failed(runner, status, key_hash, &capture_err, inputs, count, options,
+                                    results, err);
   }
   runner->captures++;
   gf_runner_report_capture(runner, entry, started, memory_before, answer.copies_use);

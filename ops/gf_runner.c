@@ -215,18 +215,6 @@ const char *gf_runner_disabled_reason(const gf_runner *runner) {
 
 const char *gf_runner_backend_name(const gf_runner *runner) { return runner->backend->name; }
 
-/* Tells the host the churn guard (gf_churn.h) holds new keys back: a CHURN event saying how many
- * new keys came in a row. Sent after the call that makes the report ran eager, so that a host
- * naming what changed from call to call has seen that call too. */
-static void gf_runner_report_churn(gf_runner *runner) {
-  char message[256];
-  snprintf(message, sizeof message,
-           "%u new keys in a row, none reused: new keys now run eager until they come a second "
-           "time; graphs already captured keep replaying",
-           (unsigned)runner->churn.misses_in_a_row);
-  gf_runner_tell_churn(runner, message);
-}
-
 /* Whether the scratch signature's new key runs eager instead of capturing: held back since it ran
  * out of device memory (Note [Out of device memory while capturing], gf_capture.c), or by the
  * churn guard, *report saying whether the host is to be told of the guard now (gf_churn_admit).
@@ -244,6 +232,52 @@ static int gf_runner_holds_back_new_key(gf_runner *runner, int *report) {
     return 1;
   }
   return !gf_churn_admit(&runner->churn, key_hash, gf_signature_tensors_hash(signature), report);
+}
+
+/* A new key held back (gf_runner_holds_back_new_key) runs eager: by the caller, where it asked to
+ * (GF_RUN_EAGER) and the host is not to be told of the guard now; else here, followed by the
+ * report (gf_runner_report_churn) when one is due, so that the log can name this call too. */
+static gf_status gf_runner_run_held_back(gf_runner *runner, int report, const gf_tensor *inputs,
+                                         size_t input_count, const gf_call_options *options,
+                                         gf_pool *results, gf_error *err) {
+  if (options->eager_by_caller && !report) {
+    runner->eager_calls++;
+    return GF_RUN_EAGER;
+  }
+  gf_status status = gf_runner_run_eager(runner, inputs, input_count, options, results, err);
+  if (report) {
+    gf_runner_report_churn(runner);
+  }
+  return status;
+}
+
+/* Each input is on the runner's device and contiguous. A graph reads its inputs from the runner's
+ * device: an input elsewhere would be copied by a device kernel from an address it cannot read,
+ * or baked in as a capture-time value. Called once the signature is built, which has rejected an
+ * ndim outside [0, GF_MAX_DIMS]: the contiguity check reads sizes[ndim - 1]. */
+static gf_status gf_runner_check_inputs(const gf_runner *runner, const gf_tensor *inputs,
+                                        size_t input_count, gf_error *err) {
+  for (size_t i = 0; i < input_count; ++i) {
+    const int other_type = inputs[i].device_type != runner->config.device_type;
+    const int other_index =
+        runner->config.device_index >= 0 && inputs[i].device_index != runner->config.device_index;
+    if (other_type || other_index) {
+      gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
+                   "graphed: input tensor %zu is not on the runner's device (device %d:%d, the "
+                   "runner's %d:%d); move it to the runner's device",
+                   i, (int)inputs[i].device_type, (int)inputs[i].device_index,
+                   runner->config.device_type, runner->config.device_index);
+      err->input_number = i + 1;
+      return GF_ERR_INVALID_ARGUMENT;
+    }
+    if (!gf_tensor_is_contiguous(&inputs[i])) {
+      return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
+                          "graphed: input tensor %zu reached the core non-contiguous; the caller "
+                          "must pass contiguous views",
+                          i);
+    }
+  }
+  return GF_OK;
 }
 
 gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
@@ -273,41 +307,15 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   if (status != GF_OK) {
     return status;
   }
-  for (size_t i = 0; i < input_count; ++i) {
-    /* A graph reads its inputs from the runner's device: an input elsewhere would be copied by a
-     * device kernel from an address it cannot read, or baked in as a capture-time value. */
-    const int other_type = inputs[i].device_type != runner->config.device_type;
-    const int other_index =
-        runner->config.device_index >= 0 && inputs[i].device_index != runner->config.device_index;
-    if (other_type || other_index) {
-      gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
-                   "graphed: input tensor %zu is not on the runner's device (device %d:%d, the "
-                   "runner's %d:%d); move it to the runner's device",
-                   i, (int)inputs[i].device_type, (int)inputs[i].device_index,
-                   runner->config.device_type, runner->config.device_index);
-      err->input_number = i + 1;
-      return GF_ERR_INVALID_ARGUMENT;
-    }
-    if (!gf_tensor_is_contiguous(&inputs[i])) {
-      return gf_error_set(err, GF_ERR_INVALID_ARGUMENT,
-                          "graphed: input tensor %zu reached the core non-contiguous; the caller "
-                          "must pass contiguous views",
-                          i);
-    }
+  status = gf_runner_check_inputs(runner, inputs, input_count, err);
+  if (status != GF_OK) {
+    return status;
   }
   gf_entry *entry = gf_cache_lookup(&runner->cache, &runner->scratch_signature);
   if (entry == NULL) {
     int report = 0;
     if (gf_runner_holds_back_new_key(runner, &report)) {
-      if (options->eager_by_caller && !report) {
-        runner->eager_calls++;
-        return GF_RUN_EAGER;
-      }
-      status = gf_runner_run_eager(runner, inputs, input_count, options, results, err);
-      if (report) {
-        gf_runner_report_churn(runner);
-      }
-      return status;
+      return gf_runner_run_held_back(runner, report, inputs, input_count, options, results, err);
     }
     status = gf_runner_capture_and_replay(runner, inputs, input_count, keep_alive, keep_alive_count,
                                           options, results, err);

@@ -71,8 +71,8 @@ typedef struct gf_runner gf_runner;
 typedef struct gf_served_entry {
   void **user;
   /* 1 when the capturing call was answered from its last warm-up, not by a replay (Note [The
-   * first call from its last warm-up], ops/gf_capture.c): verify mode then compares the graph's
-   * first replay instead. */
+   * first call from its last warm-up], ops/gf_warm_up_answer.c): verify mode then compares the
+   * graph's first replay instead. */
   int from_warm_up;
 } gf_served_entry;
 

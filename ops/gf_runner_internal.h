@@ -1,10 +1,12 @@
-/* What the runner's four files share, and nothing any other folder may include: the runner
- * struct, the small helpers every part calls (inline, so that the replay path costs what it did
- * when it was one file), and the functions one part calls in another. gf_runner.c holds the
- * lifecycle, the call and the introspection; gf_replay.c the replay path; gf_capture.c the capture
- * protocol; gf_runner_release.c what the others give back (an entry; every entry, on a failure).
- * Calls between them only go down: gf_runner.c calls gf_capture.c and gf_replay.c, gf_capture.c
- * calls gf_replay.c, and any of them gf_runner_release.c, which calls none of them; so each can be
+/* What the runner's files share, and nothing any other folder may include: the runner struct,
+ * the small helpers every part calls (inline, so that the replay path costs what it did when it
+ * was one file), and the functions one part calls in another. gf_runner.c holds the lifecycle,
+ * the call and the introspection; gf_replay.c the replay path; gf_capture.c the capture protocol;
+ * gf_warm_up_answer.c the first call answered from its last warm-up (gf_warm_up_answer.h);
+ * gf_churn_report.c what the runner tells its host of churn; gf_runner_release.c what the others
+ * give back (an entry; every entry, on a failure). Calls between them only go down: gf_runner.c
+ * calls gf_capture.c and gf_replay.c, gf_capture.c calls gf_warm_up_answer.c and gf_replay.c, and
+ * any of them gf_churn_report.c and gf_runner_release.c, which call none of them; so each can be
  * read without the ones above it. Every function here that takes a gf_error requires one, as in
  * gf_runner.h. */
 #ifndef GF_RUNNER_INTERNAL_H
@@ -75,16 +77,6 @@ static inline void gf_runner_notify(const gf_runner *runner, const gf_event *eve
   }
 }
 
-/* Tells the host of churn (a CHURN event with `message`; see gf_host.h). */
-static inline void gf_runner_tell_churn(const gf_runner *runner, const char *message) {
-  gf_event churn = {.kind = GF_EVENT_CHURN,
-                    .message = message,
-                    .device_bytes = -1,
-                    .reserved_bytes = -1,
-                    .count = runner->captures};
-  gf_runner_notify(runner, &churn);
-}
-
 static inline void gf_runner_warn(gf_runner *runner, const char *message) {
   if (runner->host.warn != NULL) {
     runner->host.warn(runner->host.context, message);
@@ -98,6 +90,28 @@ static inline gf_event gf_entry_event(gf_event_kind kind, const gf_entry *entry)
   event.inputs = entry->static_inputs.tensors;
   event.input_count = entry->static_inputs.count;
   return event;
+}
+
+/* What the device's memory stands at: in use (handed out) and held by the allocator. */
+typedef struct gf_device_memory {
+  int64_t in_use;
+  int64_t reserved;
+} gf_device_memory;
+
+static inline gf_device_memory gf_runner_device_memory(const gf_runner *runner) {
+  const gf_backend *backend = runner->backend;
+  gf_device_memory now = {-1, -1};
+  if (backend->device_bytes_in_use != NULL) {
+    now.in_use = backend->device_bytes_in_use(backend->context, runner->backend_state);
+  }
+  if (backend->device_bytes_reserved != NULL) {
+    now.reserved = backend->device_bytes_reserved(backend->context, runner->backend_state);
+  }
+  return now;
+}
+
+static inline int64_t gf_bytes_growth(int64_t before, int64_t after) {
+  return before >= 0 && after >= 0 ? after - before : -1;
 }
 
 /* The one rule of static inputs shared between a runner's entries (gf_capture.c's
@@ -151,6 +165,11 @@ static inline gf_status gf_runner_adopt(gf_runner *runner, gf_pool *pool, gf_sta
   return status;
 }
 
+/* Releases every handle of a pool of outputs the call does not keep, and the pool. */
+static inline void gf_runner_discard_outputs(gf_runner *runner, gf_pool *outputs) {
+  gf_pool_free(outputs, gf_runner_release_handle, runner);
+}
+
 /* Grows the runner's scratch copy list to hold count copies. */
 static inline gf_status gf_runner_reserve_copies(gf_runner *runner, size_t count, gf_error *err) {
   if (count <= runner->scratch_copies_capacity) {
@@ -199,6 +218,12 @@ static inline gf_status gf_runner_run_eager(gf_runner *runner, const gf_tensor *
 GF_RUNNER_PRIVATE void gf_runner_release_entry(void *context, gf_entry *entry);
 GF_RUNNER_PRIVATE void gf_runner_set_disabled(gf_runner *runner, const char *reason);
 GF_RUNNER_PRIVATE void gf_runner_fail(gf_runner *runner, const char *reason);
+
+/* gf_churn_report.c: the two churn messages, each told once where it applies: the churn guard
+ * holding new keys back (after the call that makes the report ran eager), and captures that keep
+ * evicting where the guard is off (after a capture). */
+GF_RUNNER_PRIVATE void gf_runner_report_churn(gf_runner *runner);
+GF_RUNNER_PRIVATE void gf_runner_report_thrash(gf_runner *runner);
 
 /* gf_replay.c: one replay of a captured entry for this call's inputs. */
 GF_RUNNER_PRIVATE gf_status gf_runner_replay(gf_runner *runner, gf_entry *entry,

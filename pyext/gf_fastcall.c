@@ -199,7 +199,7 @@ static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *cons
 /* record_kept_state(): the forward now running changed no state besides its inputs and outputs
  * (graphed._phases: nothing put back, nothing it could not put back), so that the core may answer
  * the capturing call from this warm-up (Note [The first call from its last warm-up],
- * ops/gf_capture.c). Outside a call it marks nothing. */
+ * ops/gf_warm_up_answer.c). Outside a call it marks nothing. */
 static PyObject *gf_call_state_record_kept_state(gf_call_state *state, PyObject *unused) {
   (void)unused;
   gf_fastcall_torch_mark_kept_state(state->runner_call);

@@ -15,8 +15,8 @@
 // torch.cuda.empty_cache() or an out-of-memory retry frees them, and the pool's later warm-ups go
 // back to the ordinary pool. The pool's whole lifecycle: gf_cuda_torch_internal.h.
 // The copies of the last warm-up's outputs that answer a key's first call (Note [The first call
-// from its last warm-up], ops/gf_capture.c) are the caller's tensors, so they are made on the
-// caller's stream, which no routing filter takes, with the growth window closed: they come from
+// from its last warm-up], ops/gf_warm_up_answer.c) are the caller's tensors, so they are made on
+// the caller's stream, which no routing filter takes, with the growth window closed: they come from
 // torch's ordinary pool, as a replay's outputs do.
 #include "gf_cuda_torch_internal.h"
 

@@ -297,10 +297,10 @@ class ForwardRuns:
     def kept_state(self) -> None:
         """Tells the core that the warm-up that just ran changed nothing: it may answer the
         capturing call with that warm-up's outputs (Note [The first call from its last warm-up],
-        ops/gf_capture.c). Not where the state is unknown (a callable that is not a module, whose
-        attributes no watch sees), and not in a distributed job (torch.distributed initialized):
-        a rank whose copies failed would replay the graph, and its collectives, where its peers
-        did not."""
+        ops/gf_warm_up_answer.c). Not where the state is unknown (a callable that is not a
+        module, whose attributes no watch sees), and not in a distributed job
+        (torch.distributed initialized): a rank whose copies failed would replay the graph, and
+        its collectives, where its peers did not."""
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         if not distributed:
             self.call_state.record_kept_state()

@@ -20,8 +20,8 @@ extern "C" {
 void gf_emulated_fail_captures(int fail);
 
 /* The hand-over switch: while `hand_over` is non-zero the first call of a key may be answered from
- * its last warm-up (Note [The first call from its last warm-up], ops/gf_capture.c), as on a CUDA
- * device; off (the default) it replays, so that the replay counts the tests assert keep their
+ * its last warm-up (Note [The first call from its last warm-up], ops/gf_warm_up_answer.c), as on a
+ * CUDA device; off (the default) it replays, so that the replay counts the tests assert keep their
  * meaning. Process-wide, as the fault switch. */
 void gf_emulated_hand_over_warm_ups(int hand_over);
 

@@ -1,5 +1,5 @@
 """The first call of a key answered from its last warm-up (Note [The first call from its last
-warm-up], ops/gf_capture.c).
+warm-up], ops/gf_warm_up_answer.c).
 
 On the CPU, the emulated backend's hand-over switch stands for CUDA's caller-stream hooks; its
 forwards here add why they run (torch.ops.graphed.forward_phase()) to their output, so that a

@@ -29,6 +29,7 @@ ALLOWED = {
 # Private header -> the one folder that may include it.
 PRIVATE = {
     "gf_runner_internal.h": "ops",
+    "gf_warm_up_answer.h": "ops",
     "gf_cuda_torch_internal.h": "backends/cuda",
     "gf_fastcall_torch.h": "pyext",
 }
