@@ -85,13 +85,9 @@ void *pool_handle_for(const PoolSlot &pool, const gf_backend *backend) {
   return pool.backend == runner_backend ? pool.handle : nullptr;
 }
 
-int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Device device,
-                  int64_t max_entries, int64_t warmup_iters, bool enabled,
-                  std::optional<c10::string_view> agree_op,
-                  std::optional<c10::string_view> observer_op,
-                  std::optional<c10::string_view> group_name,
-                  std::optional<c10::string_view> backend_name, std::optional<int64_t> memory_pool,
-                  c10::string_view cpu_inputs, int64_t churn_limit) {
+// The values of create's arguments that the core's config cannot hold, refused as ValueError.
+void check_create_arguments(c10::string_view cpu_inputs, int64_t churn_limit, int64_t max_entries,
+                            int64_t warmup_iters) {
   TORCH_CHECK_VALUE(cpu_inputs == "refuse" || cpu_inputs == "to_device",
                     "graphed: cpu_inputs must be 'refuse' or 'to_device', got '",
                     std::string(cpu_inputs), "'");
@@ -105,6 +101,16 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
                                             static_cast<long long>(max_entries),
                                             static_cast<long long>(warmup_iters)));
   }
+}
+
+int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Device device,
+                  int64_t max_entries, int64_t warmup_iters, bool enabled,
+                  std::optional<c10::string_view> agree_op,
+                  std::optional<c10::string_view> observer_op,
+                  std::optional<c10::string_view> group_name,
+                  std::optional<c10::string_view> backend_name, std::optional<int64_t> memory_pool,
+                  c10::string_view cpu_inputs, int64_t churn_limit) {
+  check_create_arguments(cpu_inputs, churn_limit, max_entries, warmup_iters);
   const gf_backend *backend = nullptr; // the one chosen at load
   if (backend_name.has_value()) {
     char why[512] = "";
