@@ -47,12 +47,14 @@ static void gf_runner_hold_back(gf_runner *runner, uint64_t key_hash, const char
     return;
   }
   runner->device_memory_said = 1;
+  char said[GF_ERROR_MESSAGE_CAPACITY];
+  gf_text_said_once(said, sizeof said, why);
   char message[GF_ERROR_MESSAGE_CAPACITY + 320];
   snprintf(message, sizeof message,
            "graphed: out of device memory while capturing a new key; the call ran eager, the "
            "graphs already captured keep replaying, and the key runs eager for its next %llu "
            "calls of the runner, or until memory is freed (an eviction, reset()). Said once: %s",
-           (unsigned long long)held, why);
+           (unsigned long long)held, said);
   gf_runner_warn(runner, message);
 }
 
@@ -164,9 +166,10 @@ static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, i
   const size_t input_count = entry->static_inputs.count;
   unsigned char *mutated = answer != NULL ? calloc(input_count ? input_count : 1, 1) : NULL;
   gf_pool scratch = {0};
-  gf_status status =
-      runner->host.run_forward(runner->host.context, probing ? GF_PHASE_PROBE : GF_PHASE_WARMUP,
-                               entry->static_inputs.tensors, input_count, &scratch, mutated, err);
+  gf_forward_report report;
+  gf_status status = gf_runner_run_forward(runner, probing ? GF_PHASE_PROBE : GF_PHASE_WARMUP,
+                                           entry->static_inputs.tensors, input_count, &scratch,
+                                           mutated, &report, err);
   if (status == GF_OK) {
     /* One aliasing warm-up is enough: a later one that aliases nothing does not undo it. */
     if (gf_pool_overlaps(&scratch, &entry->static_inputs)) {
@@ -177,7 +180,7 @@ static gf_status gf_runner_prepare_forward(gf_runner *runner, gf_entry *entry, i
   }
   if (answer != NULL) {
     status = gf_warm_up_answer_note_forward(runner, answer, status, mutated, input_count,
-                                            last ? &scratch : NULL, err);
+                                            last ? &scratch : NULL, report.kept_state, err);
   }
   free(mutated);
   gf_runner_discard_outputs(runner, &scratch);
@@ -361,9 +364,9 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
     status = gf_runner_capture_copy_node(runner, GF_COPY_INPUTS, entry, &folded_inputs, err);
   }
   if (status == GF_OK) {
-    status = runner->host.run_forward(runner->host.context, GF_PHASE_CAPTURE,
-                                      entry->static_inputs.tensors, entry->static_inputs.count,
-                                      &entry->static_outputs, mutated, err);
+    status = gf_runner_run_forward(runner, GF_PHASE_CAPTURE, entry->static_inputs.tensors,
+                                   entry->static_inputs.count, &entry->static_outputs, mutated,
+                                   NULL, err);
   }
   runner->pool_bytes += entry->static_outputs.bytes;
   if (status == GF_OK) {
@@ -427,8 +430,9 @@ static gf_status gf_runner_capture_failed(gf_runner *runner, gf_status status, u
     /* Note [The forward's own error]
      * Q: The forward raised during the probe, a warm-up or the capture (a Python ValueError, a
      *    KeyboardInterrupt, an out-of-memory): is that a failed capture?
-     * A: The host only reports the fact (GF_ERR_FORWARD: CallState.record_error(own=True) marked
-     *    the runner's call, shim/gf_shim_host.cpp); the rule is here, once. Without agreement the
+     * A: The host only reports the fact (gf_forward_report.error, which gf_runner_run_forward
+     *    turns into GF_ERR_FORWARD: CallState.record_error marked the run,
+     *    pyext/gf_model_hooks.cpp); the rule is here, once. Without agreement the
      *    caller gets the error once, as from an eager call; the runner stays enabled and the
      *    forward does not run again. With a process group it is a capture failure like any
      *    other: every rank disables together (below), and the eager run after it runs the forward
@@ -437,7 +441,7 @@ static gf_status gf_runner_capture_failed(gf_runner *runner, gf_status status, u
   }
   char reason[GF_REASON_CAPACITY];
   snprintf(reason, sizeof reason, "capture failed: %.480s", capture_err->message);
-  gf_runner_fail(runner, reason);
+  gf_runner_fail(runner, GF_CAUSE_CAPTURE_FAILED, reason);
   return gf_runner_run_eager(runner, inputs, count, options, results, err);
 }
 

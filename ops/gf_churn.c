@@ -59,6 +59,8 @@ void gf_churn_forget(gf_churn *churn) {
   }
 }
 
+void gf_churn_graphs_dropped(gf_churn *churn) { churn->misses_in_a_row = 0; }
+
 void gf_churn_restart(gf_churn *churn) {
   churn->misses_in_a_row = 0;
   churn->hits_in_a_row = 0;

@@ -59,6 +59,11 @@ void gf_churn_forget(gf_churn *churn);
 /* Forgets everything but the limit and the counts (reset(): the keys to come are new traffic). */
 void gf_churn_restart(gf_churn *churn);
 
+/* The graphs were dropped because what they read changed (gf_runner_drop_graphs): the keys to come
+ * are the same traffic captured again, so the run of new keys starts over (a key captured again is
+ * no value storm), while whether the guard holds keys back, and the keys it ran eager, stay. */
+void gf_churn_graphs_dropped(gf_churn *churn);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,8 +23,8 @@ static void gf_runner_tell_churn(const gf_runner *runner, const char *message) {
 }
 
 /* Tells the host the churn guard (gf_churn.h) holds new keys back: a CHURN event saying how many
- * new keys came in a row. Sent after the call that makes the report ran eager, so that a host
- * naming what changed from call to call has seen that call too. */
+ * new keys came in a row. Sent before the call that makes the report runs eager: a host naming
+ * what changed from call to call says it once it has recorded that call too. */
 void gf_runner_report_churn(gf_runner *runner) {
   char message[256];
   snprintf(message, sizeof message,

@@ -1,6 +1,7 @@
-/* The host is the framework side of a runner: it owns tensors (clone, allocate, release), calls the
- * forward to capture through the dispatcher, and agrees across the process group. The shim fills
- * it from libtorch; the core tests fill it with plain malloc'd buffers. `context` is per runner. */
+/* The host is the framework side of a runner: it owns tensors (clone, allocate, release), runs the
+ * forward (and says what each run reports: gf_forward_report), and agrees across the process group.
+ * The shim fills it from libtorch; the core tests fill it with plain malloc'd buffers. `context` is
+ * per runner. */
 #ifndef GF_HOST_H
 #define GF_HOST_H
 
@@ -45,6 +46,31 @@ typedef struct gf_event {
   size_t input_count;
 } gf_event;
 
+/* What the forward's failure was, as the host judged it (Note [The forward's own error],
+ * gf_capture.c). */
+typedef enum gf_forward_error {
+  GF_FORWARD_ERROR_NONE = 0,          /* no error, or a failure of the capture itself */
+  GF_FORWARD_ERROR_OWN = 1,           /* an error of the forward's own (the caller's to get) */
+  GF_FORWARD_ERROR_DEVICE_MEMORY = 2, /* the device ran out of memory while warming up or
+                                       * capturing */
+} gf_forward_error;
+
+/* What one run of the forward reports besides its outputs: the one record a fact about a run
+ * travels in from the host to the core. The core zeroes it before each run (gf_runner_run_forward,
+ * gf_runner_internal.h); a host fills what it knows and leaves the rest zero, which always means
+ * "nothing known" (a forward that never says it kept state replays). New facts go here as fields.
+ */
+typedef struct gf_forward_report {
+  /* Set when run_forward fails: the core turns OWN into GF_ERR_FORWARD and DEVICE_MEMORY into
+   * GF_ERR_DEVICE_MEMORY, whatever status the host returned. */
+  gf_forward_error error;
+  /* 1 when the host knows that this run changed no state besides its inputs and outputs (it put
+   * nothing back after it and found nothing it could not put back). Only then may the first call
+   * of a key be answered from its last warm-up (Note [The first call from its last warm-up],
+   * gf_warm_up_answer.c). */
+  int kept_state;
+} gf_forward_report;
+
 typedef struct gf_host {
   void *context;
   /* A fresh contiguous tensor holding a copy of live (its handle owned by the caller). */
@@ -55,9 +81,11 @@ typedef struct gf_host {
   gf_status (*retain)(void *context, const gf_tensor *tensor, gf_tensor *out, gf_error *err);
   /* Runs the forward once on inputs, appending its outputs (owned handles) to outputs. When
    * mutated is not NULL it has count bytes, and the host sets mutated[i] to 1 for each input the
-   * forward wrote in place (torch: its version counter moved), else 0. */
+   * forward wrote in place (torch: its version counter moved), else 0. `report` (zeroed by the
+   * core) receives what the run reports besides its outputs (gf_forward_report). */
   gf_status (*run_forward)(void *context, gf_forward_phase phase, const gf_tensor *inputs,
-                           size_t count, gf_pool *outputs, unsigned char *mutated, gf_error *err);
+                           size_t count, gf_pool *outputs, unsigned char *mutated,
+                           gf_forward_report *report, gf_error *err);
   /* The MIN of ok over the process group; negative on failure. NULL without a group: the runner
    * then neither agrees nor meets its peers before and after each warm-up. */
   int (*agree)(void *context, int ok);
@@ -71,11 +99,6 @@ typedef struct gf_host {
   void (*notify)(void *context, const gf_event *event);
   /* Called when the runner is destroyed: frees context. May be NULL. */
   void (*destroy)(void *context);
-  /* Optional: 1 when the host knows that the forward it ran last changed no state besides its
-   * inputs and outputs (it put nothing back after it and found nothing it could not put back),
-   * else 0. Only then may the first call of a key be answered from its last warm-up (Note [The
-   * first call from its last warm-up], gf_capture.c); without it the first call replays. */
-  int (*last_forward_kept_state)(void *context);
 } gf_host;
 
 #ifdef __cplusplus

@@ -77,7 +77,7 @@ static gf_status gf_runner_check_support(gf_runner *runner, gf_error *err) {
   char why[GF_REASON_CAPACITY] = "";
   const gf_backend *backend = runner->backend;
   if (!runner->config.enabled) {
-    gf_runner_set_disabled(runner, "disabled by the caller (enabled=False)");
+    gf_runner_set_disabled(runner, GF_CAUSE_USER, "disabled by the caller (enabled=False)");
     return GF_OK;
   }
   if (!backend->graphs_supported(backend->context, runner->config.device_type,
@@ -85,7 +85,7 @@ static gf_status gf_runner_check_support(gf_runner *runner, gf_error *err) {
     char reason[GF_REASON_CAPACITY + 64];
     snprintf(reason, sizeof reason, "graphs unavailable (backend %s): %s", backend->name,
              why[0] ? why : "no reason given");
-    gf_runner_set_disabled(runner, reason);
+    gf_runner_set_disabled(runner, GF_CAUSE_UNAVAILABLE, reason);
     return GF_OK;
   }
   const char *missing = gf_backend_missing_device_hook(backend);
@@ -97,7 +97,7 @@ static gf_status gf_runner_check_support(gf_runner *runner, gf_error *err) {
     gf_error create_err = {0};
     if (backend->runner_create(backend->context, runner->config.device_index, runner->config.pool,
                                &runner->backend_state, &create_err) != GF_OK) {
-      gf_runner_set_disabled(runner, create_err.message);
+      gf_runner_set_disabled(runner, GF_CAUSE_BACKEND, create_err.message);
     }
   }
   return GF_OK;
@@ -173,11 +173,16 @@ void gf_runner_destroy(gf_runner *runner) {
   free(runner);
 }
 
-void gf_runner_reset(gf_runner *runner) {
+void gf_runner_drop_graphs(gf_runner *runner) {
   gf_cache_clear(&runner->cache);
   runner->sync_probe_done = 0;
+  gf_backoff_clear(&runner->backoff); /* the memory it waited for is free now */
+  gf_churn_graphs_dropped(&runner->churn);
+}
+
+void gf_runner_reset(gf_runner *runner) {
+  gf_runner_drop_graphs(runner);
   gf_churn_restart(&runner->churn);
-  gf_backoff_clear(&runner->backoff);
 }
 
 void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
@@ -192,6 +197,7 @@ void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
   stats->enabled = runner->enabled;
   stats->churn_eager_calls = runner->churn.eager_calls;
   stats->churn_guarding = runner->churn.guarding;
+  stats->hits = runner->hits;
   const gf_backend *backend = runner->backend;
   stats->pool_reserved_bytes =
       backend->pool_bytes_reserved != NULL
@@ -211,6 +217,10 @@ void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
 
 const char *gf_runner_disabled_reason(const gf_runner *runner) {
   return runner->enabled ? "" : runner->disabled_reason;
+}
+
+gf_disable_cause gf_runner_disabled_cause(const gf_runner *runner) {
+  return runner->enabled ? GF_CAUSE_NONE : runner->disabled_cause;
 }
 
 const char *gf_runner_backend_name(const gf_runner *runner) { return runner->backend->name; }
@@ -235,20 +245,20 @@ static int gf_runner_holds_back_new_key(gf_runner *runner, int *report) {
 }
 
 /* A new key held back (gf_runner_holds_back_new_key) runs eager: by the caller, where it asked to
- * (GF_RUN_EAGER) and the host is not to be told of the guard now; else here, followed by the
- * report (gf_runner_report_churn) when one is due, so that the log can name this call too. */
+ * (GF_RUN_EAGER, counted here as the caller's one eager route expects), else here. The report
+ * (gf_runner_report_churn), when one is due, comes first: a host that names what changed from call
+ * to call says it once it has recorded this call too (graphed._observe). */
 static gf_status gf_runner_run_held_back(gf_runner *runner, int report, const gf_tensor *inputs,
                                          size_t input_count, const gf_call_options *options,
                                          gf_pool *results, gf_error *err) {
-  if (options->eager_by_caller && !report) {
-    runner->eager_calls++;
-    return GF_RUN_EAGER;
-  }
-  gf_status status = gf_runner_run_eager(runner, inputs, input_count, options, results, err);
   if (report) {
     gf_runner_report_churn(runner);
   }
-  return status;
+  if (options->eager_by_caller) {
+    runner->eager_calls++;
+    return GF_RUN_EAGER;
+  }
+  return gf_runner_run_eager(runner, inputs, input_count, options, results, err);
 }
 
 /* Each input is on the runner's device and contiguous. A graph reads its inputs from the runner's
@@ -324,6 +334,7 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
     }
   } else {
     gf_churn_hit(&runner->churn);
+    runner->hits++;
     status = gf_runner_replay(runner, entry, inputs, input_count, options, results, err);
   }
   if (status != GF_OK && status != GF_ERR_FORWARD && runner->enabled) {
@@ -333,7 +344,7 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
     snprintf(reason, sizeof reason, "%s: %.460s",
              status == GF_ERR_NO_MEMORY ? "out of host memory for a replay" : "replay failed",
              err->message);
-    gf_runner_fail(runner, reason);
+    gf_runner_fail(runner, GF_CAUSE_REPLAY_FAILED, reason);
     gf_pool_truncate(results, results_before, gf_runner_release_handle, runner);
     return gf_runner_run_eager(runner, inputs, input_count, options, results, err);
   }

@@ -11,6 +11,7 @@
 #define GF_RUNNER_H
 
 #include "gf_backend.h"
+#include "gf_disable_cause.h"
 #include "gf_host.h"
 #include "gf_pool.h"
 #include "gf_signature.h"
@@ -59,6 +60,7 @@ typedef struct gf_runner_stats {
   int64_t pool_reserved_bytes;
   uint64_t churn_eager_calls; /* calls of new keys the churn guard ran eager (in eager_calls too) */
   int churn_guarding;         /* the churn guard holds new keys back now */
+  uint64_t hits;              /* calls served by a graph an earlier call captured */
 } gf_runner_stats;
 
 typedef struct gf_runner gf_runner;
@@ -88,8 +90,8 @@ typedef struct gf_call_options {
   gf_served_entry *served;
   /* 1: a new key held back (the churn guard's, gf_churn.h, or an out-of-memory back-off's,
    * gf_backoff.h) is not run here but returns GF_RUN_EAGER, counted as an eager call, for the
-   * caller to run its forward eagerly without the host's forward operator; a call after which the
-   * host is told of the guard still runs here, so that the host has seen it. */
+   * caller to run its forward eagerly without the host's forward (the host is told of a guard that
+   * starts on it first). */
   int eager_by_caller;
 } gf_call_options;
 
@@ -113,17 +115,26 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
                          size_t keep_alive_count, const gf_call_options *options, gf_pool *results,
                          gf_error *err);
 
-/* Disables the runner for the rest of its life and drops every graph. The first reason sticks. */
-void gf_runner_disable(gf_runner *runner, const char *reason);
+/* Disables the runner for the rest of its life and drops every graph. The first cause and reason
+ * stick. `reason` is for people; `cause` for programs (gf_disable_cause.h). */
+void gf_runner_disable(gf_runner *runner, gf_disable_cause cause, const char *reason);
 
 /* Drops every graph and pool; the runner stays enabled (the next call captures again, with the
  * sync probe again). */
 void gf_runner_reset(gf_runner *runner);
 
+/* Drops every graph and pool as gf_runner_reset does, but the churn guard goes on counting: what
+ * a watch that saw the graphs' state change calls, which is no sign of new traffic (a module
+ * re-assigned at every call must still meet the guard). */
+void gf_runner_drop_graphs(gf_runner *runner);
+
 void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats);
 
 /* "" while enabled, else why not. */
 const char *gf_runner_disabled_reason(const gf_runner *runner);
+
+/* GF_CAUSE_NONE while enabled, else the code of why not (gf_disable_cause.h). */
+gf_disable_cause gf_runner_disabled_cause(const gf_runner *runner);
 
 /* The name of the runner's backend. */
 const char *gf_runner_backend_name(const gf_runner *runner);

@@ -53,8 +53,10 @@ struct gf_runner {
   int device_memory_said; /* the first such failure is warned of; later ones are not */
   int thrash_said;        /* captures that keep evicting, unguarded, are told once */
   char disabled_reason[GF_REASON_CAPACITY];
+  gf_disable_cause disabled_cause; /* beside disabled_reason: the same fact, for programs */
   uint64_t captures;
   uint64_t replays;
+  uint64_t hits; /* calls served by a graph captured by an earlier call */
   uint64_t eager_calls;
   int64_t pool_bytes;
   int64_t graph_bytes;
@@ -200,14 +202,38 @@ static inline gf_status gf_runner_copy_nonempty(gf_runner *runner, gf_copy *copi
                                      err);
 }
 
+/* Every run of the forward goes through here: the report zeroed before (gf_forward_report: zero
+ * means nothing known) and read after, where a host's judgement of a failure becomes its status
+ * (Note [The forward's own error], gf_capture.c, says what each means). `report` may be NULL when
+ * the caller reads nothing of it. */
+static inline gf_status gf_runner_run_forward(gf_runner *runner, gf_forward_phase phase,
+                                              const gf_tensor *inputs, size_t count,
+                                              gf_pool *outputs, unsigned char *mutated,
+                                              gf_forward_report *report, gf_error *err) {
+  gf_forward_report unread;
+  gf_forward_report *filled = report != NULL ? report : &unread;
+  *filled = (gf_forward_report){GF_FORWARD_ERROR_NONE, 0};
+  gf_status status = runner->host.run_forward(runner->host.context, phase, inputs, count, outputs,
+                                              mutated, filled, err);
+  if (status != GF_OK && filled->error == GF_FORWARD_ERROR_OWN) {
+    status = err->code = GF_ERR_FORWARD;
+  } else if (status != GF_OK && filled->error == GF_FORWARD_ERROR_DEVICE_MEMORY) {
+    status = err->code = GF_ERR_DEVICE_MEMORY; /* the host's message, with its figures, stays */
+  }
+  if (status != GF_OK) {
+    filled->kept_state = 0;
+  }
+  return status;
+}
+
 /* An eager run on the caller's own tensors: their in-place writes happen for real, and are
  * reported to a caller that asked (it may have passed temporary copies). */
 static inline gf_status gf_runner_run_eager(gf_runner *runner, const gf_tensor *inputs,
                                             size_t count, const gf_call_options *options,
                                             gf_pool *results, gf_error *err) {
   runner->eager_calls++;
-  return runner->host.run_forward(runner->host.context, GF_PHASE_EAGER, inputs, count, results,
-                                  options->mutated_inputs, err);
+  return gf_runner_run_forward(runner, GF_PHASE_EAGER, inputs, count, results,
+                               options->mutated_inputs, NULL, err);
 }
 
 /* gf_runner_release.c: the cache's release callback (evictions are told to the host); the
@@ -216,8 +242,15 @@ static inline gf_status gf_runner_run_eager(gf_runner *runner, const gf_tensor *
  * so once (an event to a host that observes, else a warning). gf_runner_disable (gf_runner.h) is
  * there too. */
 GF_RUNNER_PRIVATE void gf_runner_release_entry(void *context, gf_entry *entry);
-GF_RUNNER_PRIVATE void gf_runner_set_disabled(gf_runner *runner, const char *reason);
-GF_RUNNER_PRIVATE void gf_runner_fail(gf_runner *runner, const char *reason);
+/* `text` into `out` (of `capacity` bytes, cut to fit): its first line (a forward's message may
+ * carry a traceback after it), without the "graphed: " a message of the core or the host starts
+ * with, at its start or after a ": ", so that graphed's name is said once, by whoever prints it
+ * (gf_runner_release.c). */
+GF_RUNNER_PRIVATE void gf_text_said_once(char *out, size_t capacity, const char *text);
+GF_RUNNER_PRIVATE void gf_runner_set_disabled(gf_runner *runner, gf_disable_cause cause,
+                                              const char *reason);
+GF_RUNNER_PRIVATE void gf_runner_fail(gf_runner *runner, gf_disable_cause cause,
+                                      const char *reason);
 
 /* gf_churn_report.c: the two churn messages, each told once where it applies: the churn guard
  * holding new keys back (after the call that makes the report ran eager), and captures that keep

@@ -34,19 +34,35 @@ void gf_runner_release_entry(void *context, gf_entry *entry) {
   entry->user = NULL;
 }
 
-void gf_runner_set_disabled(gf_runner *runner, const char *reason) {
+/* gf_runner_internal.h: the first line of `text`, without the "graphed: " a message of the core
+ * or the host starts with, there or after a ": " (a failure quotes another's message). */
+void gf_text_said_once(char *reason, size_t capacity, const char *text) {
+  static const char prefix[] = "graphed: ";
+  const size_t prefix_length = sizeof prefix - 1;
+  size_t length = 0;
+  for (const char *at = text; *at != '\0' && *at != '\n' && length + 1 < capacity;) {
+    const int starts_clause = at == text || (at - text >= 2 && at[-2] == ':' && at[-1] == ' ');
+    if (starts_clause && strncmp(at, prefix, prefix_length) == 0) {
+      at += prefix_length;
+      continue;
+    }
+    reason[length++] = *at++;
+  }
+  reason[length] = '\0';
+}
+
+void gf_runner_set_disabled(gf_runner *runner, gf_disable_cause cause, const char *reason) {
   if (runner->enabled || runner->disabled_reason[0] == '\0') {
-    snprintf(runner->disabled_reason, sizeof runner->disabled_reason, "%.500s",
-             reason && reason[0] ? reason : "disabled");
-    /* One line: a forward's message may carry a traceback after its first line. */
-    runner->disabled_reason[strcspn(runner->disabled_reason, "\n")] = '\0';
+    gf_text_said_once(runner->disabled_reason, sizeof runner->disabled_reason,
+                      reason && reason[0] ? reason : "disabled");
+    runner->disabled_cause = cause != GF_CAUSE_NONE ? cause : GF_CAUSE_USER;
   }
   runner->enabled = 0;
 }
 
-void gf_runner_disable(gf_runner *runner, const char *reason) {
+void gf_runner_disable(gf_runner *runner, gf_disable_cause cause, const char *reason) {
   const int was_enabled = runner->enabled;
-  gf_runner_set_disabled(runner, reason);
+  gf_runner_set_disabled(runner, cause, reason);
   gf_cache_clear(&runner->cache);
   if (was_enabled) {
     gf_event disabled = {.kind = GF_EVENT_DISABLED,
@@ -59,12 +75,13 @@ void gf_runner_disable(gf_runner *runner, const char *reason) {
 
 /* Disables the runner for good and says so once: a host that observes got the disable as an event
  * (gf_runner_disable); any other is warned. */
-void gf_runner_fail(gf_runner *runner, const char *reason) {
-  gf_runner_disable(runner, reason);
+void gf_runner_fail(gf_runner *runner, gf_disable_cause cause, const char *reason) {
+  gf_runner_disable(runner, cause, reason);
   if (runner->host.notify != NULL) {
     return;
   }
   char message[GF_REASON_CAPACITY + 64];
-  snprintf(message, sizeof message, "graphed: runner disabled, calls now run eager: %s", reason);
+  snprintf(message, sizeof message, "graphed: runner disabled, calls now run eager: %s",
+           runner->disabled_reason);
   gf_runner_warn(runner, message);
 }

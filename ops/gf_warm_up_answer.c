@@ -19,7 +19,7 @@
  *    same and leave the same behind:
  *    - no input was written in place, by a warm-up or by the capture's forward: a replay copies
  *      the caller's values in again and writes the new ones back into the caller's tensors;
- *    - the host says the warm-up changed no other state (gf_host.last_forward_kept_state): a state
+ *    - the host says the warm-up changed no other state (gf_forward_report.kept_state): a state
  *      tensor it wrote was put back after it, and a replay would write it again, as eager does;
  *    - the caller wants fresh outputs: static_outputs hands out the graph's own buffers, which
  *      only a replay fills;
@@ -37,7 +37,7 @@
 int gf_runner_may_answer_from_warm_up(const gf_runner *runner, const gf_call_options *options) {
   const gf_backend *backend = runner->backend;
   return !options->static_outputs && runner->host.agree == NULL &&
-         runner->host.last_forward_kept_state != NULL && backend->caller_stream_begin != NULL;
+         backend->caller_stream_begin != NULL;
 }
 
 /* Copies, for its call, the outputs of the warm-up that just ran (Note [The first call from its
@@ -46,8 +46,9 @@ int gf_runner_may_answer_from_warm_up(const gf_runner *runner, const gf_call_opt
  * made (the call then replays). Fails only where the side stream could not be made to wait for
  * the copies: the warm-up's outputs, which they read, are freed there next. */
 static gf_status gf_runner_copy_warm_up_outputs(gf_runner *runner, const gf_pool *outputs,
-                                                gf_warm_up_answer *answer, gf_error *err) {
-  if (answer->inputs_written || !runner->host.last_forward_kept_state(runner->host.context)) {
+                                                int kept_state, gf_warm_up_answer *answer,
+                                                gf_error *err) {
+  if (answer->inputs_written || !kept_state) {
     return GF_OK;
   }
   const gf_backend *backend = runner->backend;
@@ -81,13 +82,13 @@ static gf_status gf_runner_copy_warm_up_outputs(gf_runner *runner, const gf_pool
 /* After each forward before the capture (gf_warm_up_answer.h). */
 gf_status gf_warm_up_answer_note_forward(gf_runner *runner, gf_warm_up_answer *answer,
                                          gf_status status, const unsigned char *mutated,
-                                         size_t input_count, const gf_pool *outputs,
+                                         size_t input_count, const gf_pool *outputs, int kept_state,
                                          gf_error *err) {
   for (size_t i = 0; i < input_count; ++i) {
     answer->inputs_written |= mutated == NULL || mutated[i]; /* unknown counts as written */
   }
   if (status == GF_OK && outputs != NULL) {
-    status = gf_runner_copy_warm_up_outputs(runner, outputs, answer, err);
+    status = gf_runner_copy_warm_up_outputs(runner, outputs, kept_state, answer, err);
   }
   return status;
 }

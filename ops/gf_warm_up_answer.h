@@ -24,11 +24,12 @@ GF_RUNNER_PRIVATE int gf_runner_may_answer_from_warm_up(const gf_runner *runner,
 
 /* After one forward before the capture, whose status is `status`: notes the inputs it wrote in
  * place (`mutated`, `input_count` bytes; NULL counts as all written) and, where `outputs` is not
- * NULL (the last forward before the capture), copies them for the call
- * (gf_runner_copy_warm_up_outputs). Returns `status`, or the copies' failure when it was GF_OK. */
+ * NULL (the last forward before the capture) and its report said it kept state (`kept_state`,
+ * gf_forward_report), copies them for the call (gf_runner_copy_warm_up_outputs). Returns
+ * `status`, or the copies' failure when it was GF_OK. */
 GF_RUNNER_PRIVATE gf_status gf_warm_up_answer_note_forward(
     gf_runner *runner, gf_warm_up_answer *answer, gf_status status, const unsigned char *mutated,
-    size_t input_count, const gf_pool *outputs, gf_error *err);
+    size_t input_count, const gf_pool *outputs, int kept_state, gf_error *err);
 
 /* After the capture: 1 when the copies stand for the replay of `entry` (NULL: the capture failed),
  * else 0, with the copies released and their cost zeroed, so that the capture's figures keep

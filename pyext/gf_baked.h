@@ -4,7 +4,8 @@
  * submodules, hooks and modes the module has. A graph bakes in the addresses its capture saw; if a
  * parameter is re-assigned (`m.weight = nn.Parameter(w)`), swapped through `.data`, moved or
  * re-typed, or a submodule or hook is replaced, a replay would compute with what is gone. The
- * check runs before every call of either entry (pyext/gf_fastcall.c) and must cost well under a
+ * check runs before every GraphedForward call, in `call` (pyext/gf_fastcall.c; `call_flat` is only
+ * reached after `call` returned FALLBACK, so the one check serves both), and must cost well under a
  * microsecond for a 24-block DiT's 300 tensors, so it only says "something may have changed"; the
  * Python layer then compares what it recorded (graphed._baked) and recaptures or runs eager.
  *
@@ -21,8 +22,8 @@
  *  - a swap of two tensors' contents anywhere in the process (torch.utils.swap_tensors, which
  *    graphed._baked wraps to count): one counter, read first, as a swapped parameter keeps its
  *    Python object and its module's dicts but not the TensorImpl the watch read.
- * Who does what: this file arms and checks (CallState.watch / watch_fired, and both entries before
- * each call, which return CHANGED when it fires); graphed._baked's Watch records, compares and
+ * Who does what: this file arms and checks (CallState.watch / watch_fired, and `call` before each
+ * call, which returns CHANGED when it fires); graphed._baked's Watch records, compares and
  * settles (what a change means: a recapture, or eager under an offload hook). */
 #ifndef GF_BAKED_H
 #define GF_BAKED_H

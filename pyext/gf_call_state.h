@@ -29,7 +29,7 @@ extern "C" {
  * the call (record_template; NULL before it ran): a plain result's is a 1-tuple (the result with
  * PLACEHOLDER in each tensor slot), rebuilt in C; any other is rebuilt by calling `rebuild`.
  *   runner_call  the runner's RunnerCall while a call is in flight (NULL outside one): what
- *              CallState.phase and record_error read and write.
+ *              CallState.phase reads.
  *   served     written by CallInFlight::settle: how many calls the serving entry has served, that
  *              one included (0 when it ran eager); both entries read it after the call to decide
  *              whether it is one verify mode compares with eager (graphed._verify).
@@ -39,18 +39,19 @@ extern "C" {
  *   rebuild    callable(template, outputs), given to the constructor.
  *   last_key   bytes, the key of the latest fast-path call (NULL before one), reused by the next
  *              call whose walk gives the same bytes (gf_fastcall.c).
+ *   run_error, run_kept_state  what the forward now running reports (gf_forward_report,
+ *              ops/gf_host.h): written by record_error (kind 1 or 2) and record_kept_state while
+ *              it runs, zeroed before and read after each run by the direct forward
+ *              (pyext/gf_model_hooks.cpp), which copies them into the run's report; an outer
+ *              run's are put back after a nested one.
  *   baked      the watch of what the runner's graphs read besides their inputs (pyext/gf_baked.h),
- *              or NULL; armed by the Python layer's Watch (graphed._baked), checked by both entries
- *              before anything else (they return CHANGED when it fires).
+ *              or NULL; armed by the Python layer's Watch (graphed._baked), checked by `call`
+ *              before anything else (it returns CHANGED when it fires; `call_flat` is reached only
+ *              through `call`'s FALLBACK, so the one check serves both).
  *
  * RunnerCall (shim/gf_shim_host.h), one per runner:
  *   phase                 written by host_run_forward around each forward it runs (eager, probe,
  *                         warm-up, capture); read by CallState.phase and graphed::forward_phase.
- *   forward_error         written by record_error (kind 1 or 2); read and cleared by
- *                         host_run_forward, which then reports GF_ERR_FORWARD or
- *                         GF_ERR_DEVICE_MEMORY for the core to judge (gf_capture.c).
- *   forward_kept_state    written by record_kept_state (a warm-up that changed no state);
- *                         cleared by host_run_forward, read by the core after a warm-up.
  *   served_request        written by the dispatched entry around its graphed::forward call; taken
  *                         by call_runner (shim/gf_shim_call.cpp) under the lock.
  *   forward_thread/order  written by host_run_forward; read by forward_phase() without a runner.
@@ -59,9 +60,19 @@ extern "C" {
  * what outlives a call: the entry's output template with the held objects, and its `served` count;
  * the core tells which entry served through a gf_served_entry (ops/gf_runner.h).
  *
- * Per thread, on purpose: only the re-entry frames (gf_frames_here in gf_fastcall.c), because
- * "this call comes from inside its own forward" is a fact about the thread's stack. The Python
- * layer keeps the rest of what a call needs on one per-runner object (graphed._phases).
+ * Per thread, on purpose, each because what it holds is a fact about the thread's stack (another
+ * thread's call is a call of its own), and nothing else:
+ *   - in C, only the re-entry frames (gf_frames_here in gf_fastcall.c);
+ *   - in Python, graphed._reentry.ReentryDepth, the one re-entry guard, one per owner:
+ *     GraphedForward's _forwards_here (a disabled runner's call from inside its own forward runs
+ *     eagerly), Regions' `here` (a region called inside its tree's own run) and graph_pipeline's
+ *     `_inside` (the pipeline's module called from inside its own GraphedForward);
+ *   - graphed._phases' `_local`: what is_current_stream_capturing answers on the thread whose
+ *     forward the core captures, and the sync warnings of this thread's probe;
+ *   - graphed._generation's `_in_flight`: the cache of the generate() step this thread runs,
+ *     which a replay cannot carry through the graph's kwargs.
+ * The Python layer keeps the rest of what a call needs on one per-runner object
+ * (graphed._phases).
  *
  * Q: Why is a runner's lock enough, when ATen's CUDAGraph gave up a thread-local stack because
  *    stream capture can span threads (autograd)?
@@ -85,7 +96,12 @@ typedef struct gf_call_state {
   unsigned long long verify_first;
   unsigned long long verify_every;
   struct gf_baked *baked;
+  int run_error;      /* a gf_forward_error */
+  int run_kept_state; /* 1: the run now in flight changed no state besides its inputs and outputs */
 } gf_call_state;
+
+/* The CallState type (gf_call_state.c). */
+extern PyTypeObject gf_call_state_type;
 
 #ifdef __cplusplus
 }

@@ -32,11 +32,10 @@
  * GraphedForward call enters through `call` first (`call_flat` follows its FALLBACK), so the one
  * check serves both.
  *
- * A new key the core holds back (the churn guard's, but for a call after which the host is told of
- * it; an out-of-memory back-off's) comes back from `call` as the RUN_EAGER object, and
- * GraphedForward runs the module itself: through the core's forward operator such a call cost about
- * 60 us more than eager on the H200's host, most of a storm's overhead
- * (gf_call_options.eager_by_caller).
+ * A new key the core holds back (the churn guard's or an out-of-memory back-off's) comes back from
+ * `call` as the RUN_EAGER object, and GraphedForward runs the module itself through its one eager
+ * route (graphed._eager): through the core's forward such a call cost about 60 us more than eager
+ * on the H200's host, most of a storm's overhead (gf_call_options.eager_by_caller).
  *
  * The fast path holds a strong reference to each input tensor object for the whole call (the
  * walk's `objects`), and a forward the core runs gets kwargs decoded from the key bytes, never
@@ -52,9 +51,11 @@
 #include "gf_churn.h"
 #include "gf_fastcall_torch.h"
 #include "gf_host.h"
+#include "gf_model_hooks.h"
 #include "gf_sync_warning.h"
 #include "gf_tensor.h"
 #include "gf_walker.h"
+#include "gf_walker_module.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -64,11 +65,9 @@
  * is capturing or running eagerly gets a walk of its own. */
 static gf_walk gf_scratch;
 static int gf_calls_in_flight;
-static PyObject *gf_fallback;    /* returned when the fast path does not apply */
-static PyObject *gf_reentered;   /* returned for a call from inside its own forward */
-static PyObject *gf_changed;     /* returned when the state's watch fired (see gf_baked.h) */
-static PyObject *gf_run_eager;   /* returned for a new key the core holds back (GF_RUN_EAGER) */
-static PyObject *gf_placeholder; /* a tensor slot in an output template */
+static PyObject *gf_reentered; /* returned for a call from inside its own forward */
+static PyObject *gf_changed;   /* returned when the state's watch fired (see gf_baked.h) */
+static PyObject *gf_run_eager; /* returned for a new key the core holds back (GF_RUN_EAGER) */
 /* What both entries return for a call verify mode compares with eager: SampledCall(result,
  * served), a struct sequence (see gf_sampled_if_due). */
 static PyTypeObject *gf_sampled_call_type;
@@ -93,241 +92,7 @@ static int gf_in_flight_here(const gf_call_state *state) {
   return 0;
 }
 
-/* -- CallState --------------------------------------------------------------------------- */
-
-static PyObject *gf_call_state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-  PyObject *rebuild = NULL;
-  static char *names[] = {"rebuild", NULL};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:CallState", names, &rebuild)) {
-    return NULL;
-  }
-  if (!PyCallable_Check(rebuild)) {
-    PyErr_SetString(PyExc_TypeError, "CallState(rebuild): rebuild must be callable");
-    return NULL;
-  }
-  gf_call_state *state = (gf_call_state *)type->tp_alloc(type, 0);
-  if (state == NULL) {
-    return NULL;
-  }
-  state->tree = Py_NewRef(Py_None);
-  state->key = PyBytes_FromStringAndSize(NULL, 0);
-  state->held = PyTuple_New(0);
-  state->error = Py_NewRef(Py_None);
-  state->rebuild = Py_NewRef(rebuild);
-  if (state->key == NULL || state->held == NULL) {
-    Py_DECREF(state);
-    return NULL;
-  }
-  return (PyObject *)state;
-}
-
-static int gf_call_state_traverse(gf_call_state *state, visitproc visit, void *arg) {
-  Py_VISIT(state->tree);
-  Py_VISIT(state->key);
-  Py_VISIT(state->held);
-  Py_VISIT(state->error);
-  Py_VISIT(state->recorded);
-  Py_VISIT(state->rebuild);
-  Py_VISIT(state->last_key);
-  return 0;
-}
-
-static int gf_call_state_clear(gf_call_state *state) {
-  Py_CLEAR(state->tree);
-  Py_CLEAR(state->key);
-  Py_CLEAR(state->held);
-  Py_CLEAR(state->error);
-  Py_CLEAR(state->recorded);
-  Py_CLEAR(state->rebuild);
-  Py_CLEAR(state->last_key);
-  return 0;
-}
-
-static void gf_call_state_dealloc(gf_call_state *state) {
-  PyObject_GC_UnTrack(state);
-  gf_call_state_clear(state);
-  gf_baked_free(state->baked);
-  Py_TYPE(state)->tp_free((PyObject *)state);
-}
-
-static PyMemberDef gf_call_state_members[] = {
-    {"tree", T_OBJECT, offsetof(gf_call_state, tree), READONLY,
-     "the kwargs dict or TreeSpec of the call in flight, or None"},
-    {"key", T_OBJECT, offsetof(gf_call_state, key), READONLY,
-     "the key of the call in flight, as bytes"},
-    {"held", T_OBJECT, offsetof(gf_call_state, held), READONLY,
-     "the non-tensor keep_alive objects of the call in flight"},
-    {"error", T_OBJECT, offsetof(gf_call_state, error), READONLY,
-     "the exception the forward raised during the call in flight, or None"},
-    {"served", T_ULONGLONG, offsetof(gf_call_state, served), READONLY,
-     "how many calls the entry that served the latest call has served (0: it ran eager)"},
-    {NULL, 0, 0, 0, NULL},
-};
-
-/* record_error(exception, kind): the forward's exception, handed to the caller of the call in
- * flight (outside a call it is not kept). `kind` says what it was: 0 a failure of the capture, 1 an
- * error of the forward's own, 2 the device out of memory while the runner warmed up or captured;
- * 1 and 2 also mark the runner's call (RunnerCall), so that the host reports GF_ERR_FORWARD or
- * GF_ERR_DEVICE_MEMORY and the core decides what it means (Note [The forward's own error],
- * ops/gf_capture.c). */
-static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *const *args,
-                                            Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "CallState.record_error(exception, kind)");
-    return NULL;
-  }
-  const long kind = PyLong_AsLong(args[1]);
-  if (kind == -1 && PyErr_Occurred()) {
-    return NULL;
-  }
-  if (kind < 0 || kind > 2) {
-    PyErr_Format(PyExc_ValueError, "CallState.record_error: kind must be 0, 1 or 2, got %ld", kind);
-    return NULL;
-  }
-  /* Out of device memory while capturing is not handed to the caller (the call runs eager,
-   * which raises its own if it runs out too), and not kept: its traceback holds the failed
-   * attempt's frames and their tensors, which the eager run needs the memory of. */
-  if (kind != 2 && state->tree != Py_None && state->error != NULL) {
-    Py_SETREF(state->error, Py_NewRef(args[0]));
-  }
-  if (kind != 0) {
-    gf_fastcall_torch_mark_forward_error(state->runner_call, (int)kind);
-  }
-  Py_RETURN_NONE;
-}
-
-/* record_kept_state(): the forward now running changed no state besides its inputs and outputs
- * (graphed._phases: nothing put back, nothing it could not put back), so that the core may answer
- * the capturing call from this warm-up (Note [The first call from its last warm-up],
- * ops/gf_warm_up_answer.c). Outside a call it marks nothing. */
-static PyObject *gf_call_state_record_kept_state(gf_call_state *state, PyObject *unused) {
-  (void)unused;
-  gf_fastcall_torch_mark_kept_state(state->runner_call);
-  Py_RETURN_NONE;
-}
-
-/* phase: why the core runs the forward of the call in flight (GF_PHASE_*; eager outside one). */
-static PyObject *gf_call_state_phase(gf_call_state *state, void *unused) {
-  (void)unused;
-  return PyLong_FromLong(gf_fastcall_torch_phase(state->runner_call));
-}
-
-static PyGetSetDef gf_call_state_getset[] = {
-    {"phase", (getter)gf_call_state_phase, NULL,
-     "why the core runs the forward of the call in flight: PHASE_EAGER, PHASE_PROBE, "
-     "PHASE_WARMUP or PHASE_CAPTURE (PHASE_EAGER outside a call)",
-     NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-/* record_template(template): the output template of the forward's latest run in the call in
- * flight (outside a call it is not kept). */
-static PyObject *gf_call_state_record_template(gf_call_state *state, PyObject *template) {
-  if (state->tree != Py_None) {
-    Py_XSETREF(state->recorded, Py_NewRef(template));
-  }
-  Py_RETURN_NONE;
-}
-
-/* watch(dicts, tensors, sequences): what the runner's graphs baked in, from now on checked before
- * each call of either entry (see gf_baked.h); replaces the previous watch. */
-static PyObject *gf_call_state_watch(gf_call_state *state, PyObject *const *args,
-                                     Py_ssize_t nargs) {
-  if (nargs != 3 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])) {
-    PyErr_SetString(PyExc_TypeError,
-                    "CallState.watch(dicts: list, tensors: list, sequences: list)");
-    return NULL;
-  }
-  gf_baked *baked = gf_baked_arm(args[0], args[1], args[2]);
-  if (baked == NULL) {
-    return NULL;
-  }
-  gf_baked_free(state->baked);
-  state->baked = baked;
-  Py_RETURN_NONE;
-}
-
-/* verify(first, every): the calls of each graph both entries return as SampledCall from now on
- * (see gf_sampled_if_due); verify(0, 0) none. */
-static PyObject *gf_call_state_verify(gf_call_state *state, PyObject *const *args,
-                                      Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "CallState.verify(first: int, every: int)");
-    return NULL;
-  }
-  const unsigned long long first = PyLong_AsUnsignedLongLong(args[0]);
-  if (first == (unsigned long long)-1 && PyErr_Occurred()) {
-    return NULL;
-  }
-  const unsigned long long every = PyLong_AsUnsignedLongLong(args[1]);
-  if (every == (unsigned long long)-1 && PyErr_Occurred()) {
-    return NULL;
-  }
-  state->verify_first = first;
-  state->verify_every = every;
-  Py_RETURN_NONE;
-}
-
-/* unwatch(): no check before calls (a disabled runner replays nothing). */
-static PyObject *gf_call_state_unwatch(gf_call_state *state, PyObject *unused) {
-  (void)unused;
-  gf_baked_free(state->baked);
-  state->baked = NULL;
-  Py_RETURN_NONE;
-}
-
-/* watch_fired() -> bool: what the entries' check says now (False without a watch). */
-static PyObject *gf_call_state_watch_fired(gf_call_state *state, PyObject *unused) {
-  (void)unused;
-  return PyBool_FromLong(state->baked != NULL && gf_baked_changed(state->baked));
-}
-
-static PyMethodDef gf_call_state_methods[] = {
-    {"watch", (PyCFunction)(void (*)(void))gf_call_state_watch, METH_FASTCALL,
-     "watch(dicts, tensors, sequences): checked before each call from now on; a call returns "
-     "CHANGED when a dict was mutated, a list's or set's items changed or a tensor's data moved"},
-    {"unwatch", (PyCFunction)gf_call_state_unwatch, METH_NOARGS, "unwatch(): no check"},
-    {"verify", (PyCFunction)(void (*)(void))gf_call_state_verify, METH_FASTCALL,
-     "verify(first, every): each graph's first `first` calls and then one in `every` are "
-     "returned as SampledCall(result, served), for verify mode to compare with eager"},
-    {"watch_fired", (PyCFunction)gf_call_state_watch_fired, METH_NOARGS,
-     "watch_fired() -> bool: whether the next call would return CHANGED"},
-    {"record_error", (PyCFunction)(void (*)(void))gf_call_state_record_error, METH_FASTCALL,
-     "record_error(exception, kind): the forward's exception, re-raised to the caller of the "
-     "call; kind 1 (its own error) or 2 (out of device memory while capturing) marks the "
-     "runner's call"},
-    {"record_kept_state", (PyCFunction)gf_call_state_record_kept_state, METH_NOARGS,
-     "record_kept_state(): the forward now running changed no state besides its inputs and "
-     "outputs, so its outputs may answer the capturing call"},
-    {"record_template", (PyCFunction)gf_call_state_record_template, METH_O,
-     "record_template(template): the output template of the forward's latest run in the call"},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyTypeObject gf_call_state_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_graphed_fastcall.CallState",
-    .tp_basicsize = sizeof(gf_call_state),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "CallState(rebuild): the call in flight of one GraphedForward (see gf_fastcall.c).",
-    .tp_new = gf_call_state_new,
-    .tp_dealloc = (destructor)gf_call_state_dealloc,
-    .tp_traverse = (traverseproc)gf_call_state_traverse,
-    .tp_clear = (inquiry)gf_call_state_clear,
-    .tp_members = gf_call_state_members,
-    .tp_getset = gf_call_state_getset,
-    .tp_methods = gf_call_state_methods,
-};
-
 /* -- outputs ----------------------------------------------------------------------------- */
-
-/* The walked result a plain template holds (borrowed), or NULL for any other template: a plain
- * template is a 1-tuple (output_template), which no other kind of template is (graphed._tree's
- * are TreeSpecs). */
-static PyObject *gf_walked_of_template(PyObject *template) {
-  return PyTuple_CheckExact(template) && PyTuple_GET_SIZE(template) == 1
-             ? PyTuple_GET_ITEM(template, 0)
-             : NULL;
-}
 
 /* The output of a call from its template (see gf_call_in_flight.output_template). */
 static PyObject *gf_outputs_of_call(gf_call_state *state, PyObject *template, PyObject *outputs) {
@@ -498,9 +263,27 @@ static int gf_parse_options(PyObject *runner, PyObject *pin_flag, PyObject *stat
   return *pin < 0 || *static_outputs < 0 ? -1 : 0;
 }
 
-/* call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive, held) -> output |
- * FALLBACK, keep_alive a list of tensors the entry holds for its life (may be empty), held a tuple
- * of other objects the call's output template holds. */
+/* Note [What the entries return]
+ * Q: What can `call` and `call_flat` return, and who handles each?
+ * A: Six kinds, each a distinct object so that GraphedForward.__call__ tells them apart by
+ *    identity or type (graphed._forward), in this order of checks:
+ *    - the call's output (fresh tensors in the structure the forward returned): a replay, a
+ *      capture, or an eager run the core made (a capture that failed, an outer capture);
+ *    - FALLBACK (`call` only): the kwargs are not a plain tree the walker takes; the caller
+ *      flattens them with graphed._tree and enters through `call_flat`;
+ *    - CHANGED (`call` only): the watch fired before anything ran (gf_baked.h); the caller lets
+ *      graphed._baked's Watch compare and calls again;
+ *    - RUN_EAGER (`call` only): a new key the core holds back, counted as an eager call; the
+ *      caller runs it through its one eager route (graphed._eager, HELD_BACK);
+ *    - REENTERED: the call comes from inside this runner's own forward on this thread; the caller
+ *      runs it eagerly (graphed._eager, REENTERED);
+ *    - SampledCall(result, served): a call verify mode compares with eager (graphed._verify).
+ *    An error is raised as a Python exception: the forward's own, or graphed's naming the kwarg
+ *    path. */
+
+/* call(runner_id, kwargs, variant, pin, static_outputs, state, keep_alive, held) -> one of Note
+ * [What the entries return], keep_alive a list of tensors the entry holds for its life (may be
+ * empty), held a tuple of other objects the call's output template holds. */
 static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
   if (nargs != 8 || !PyDict_CheckExact(args[1]) || Py_TYPE(args[5]) != &gf_call_state_type ||
@@ -536,9 +319,9 @@ static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 /* -- call_flat: the Python path ---------------------------------------------------------- */
 
-/* call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) ->
- * output, the kwargs already flattened by graphed._tree (key a str, tensors and keep_alive lists,
- * held a tuple). */
+/* call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) -> the
+ * output, REENTERED or a SampledCall (Note [What the entries return]), the kwargs already
+ * flattened by graphed._tree (key a str, tensors and keep_alive lists, held a tuple). */
 static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
   if (nargs != 9 || Py_TYPE(args[1]) != &gf_call_state_type || !PyUnicode_CheckExact(args[2]) ||
@@ -578,113 +361,49 @@ static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 /* reset(runner_id): the runner's graphs dropped under its lock (waiting with the GIL released);
  * the core releases each entry's output template with it. */
-static PyObject *gf_reset(PyObject *self, PyObject *runner) {
+static PyObject *gf_reset(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
-  long long id = PyLong_AsLongLong(runner);
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "reset(runner_id, restart_churn)");
+    return NULL;
+  }
+  long long id = PyLong_AsLongLong(args[0]);
   if (id == -1 && PyErr_Occurred()) {
     return NULL;
   }
+  const int restart_churn = PyObject_IsTrue(args[1]);
+  if (restart_churn < 0) {
+    return NULL;
+  }
   gf_error err = {0};
-  gf_status status = gf_fastcall_torch_reset((int64_t)id, &err);
+  gf_status status = gf_fastcall_torch_reset((int64_t)id, restart_churn, &err);
   if (status != GF_OK) {
     return gf_fastcall_torch_raise(status, &err);
   }
   Py_RETURN_NONE;
 }
 
-/* refusal(tensor) -> None | (exception type, reason): the check every path makes of a tensor
- * (gf_tensor_refused), for the Python path's walk and keep_alive. */
-static PyObject *gf_refusal(PyObject *self, PyObject *tensor) {
+/* attach(runner_id, state, forward, observer): gives a runner made with no forward operator its
+ * forward and its observer as direct hooks (Note [The direct forward], gf_model_hooks.cpp). */
+static PyObject *gf_attach(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
-  if (!gf_fastcall_torch_is_tensor(tensor)) {
-    PyErr_SetString(PyExc_TypeError, "_graphed_fastcall.refusal(tensor)");
+  if (nargs != 4 || Py_TYPE(args[1]) != &gf_call_state_type || !PyCallable_Check(args[2]) ||
+      (args[3] != Py_None && !PyCallable_Check(args[3]))) {
+    PyErr_SetString(PyExc_TypeError, "attach(runner_id, state: CallState, forward: callable, "
+                                     "observer: callable or None)");
     return NULL;
   }
-  gf_tensor described;
-  PyObject *type = NULL;
-  char reason[GF_WALK_REASON_CAPACITY];
-  if (!gf_tensor_refused(tensor, &described, &type, reason, sizeof reason)) {
-    Py_RETURN_NONE;
-  }
-  return Py_BuildValue("(Os)", type, reason);
-}
-
-/* decode(key, tensors) -> the kwargs of a fast-path key with tensors in its tensor slots. */
-static PyObject *gf_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  (void)self;
-  if (nargs != 2 || !PyBytes_Check(args[0]) || !PyList_CheckExact(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "_graphed_fastcall.decode(key: bytes, tensors: list)");
+  long long id = PyLong_AsLongLong(args[0]);
+  if (id == -1 && PyErr_Occurred()) {
     return NULL;
   }
-  return gf_walk_decode((const unsigned char *)PyBytes_AS_STRING(args[0]),
-                        (size_t)PyBytes_GET_SIZE(args[0]), args[1]);
-}
-
-/* -- the walker, for the forward operator and for tests -------------------------------- */
-
-/* flatten(kwargs, variant) -> (key bytes, [tensors]) | FALLBACK: what `call` would hand the core.
- */
-static PyObject *gf_flatten(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  (void)self;
-  if (nargs != 2 || !PyDict_CheckExact(args[0])) {
-    PyErr_SetString(PyExc_TypeError, "_graphed_fastcall.flatten(kwargs: dict, variant)");
-    return NULL;
+  gf_error err = {0};
+  gf_status status =
+      gf_model_hooks_attach((int64_t)id, (gf_call_state *)args[1], args[2], args[3], &err);
+  if (status != GF_OK) {
+    return gf_fastcall_torch_raise(status, &err);
   }
-  gf_walk walk = {0};
-  PyObject *flat = NULL;
-  gf_walk_result result = gf_walk_kwargs(&walk, args[0], args[1]);
-  if (result == GF_WALK_UNSUPPORTED) {
-    flat = Py_NewRef(gf_fallback);
-  } else if (result == GF_WALK_OK) {
-    PyObject *tensors = PyList_New((Py_ssize_t)walk.tensor_count);
-    for (size_t i = 0; tensors != NULL && i < walk.tensor_count; ++i) {
-      PyObject *tensor = gf_fastcall_torch_object_of(&walk.tensors[i]);
-      if (tensor == NULL) {
-        Py_CLEAR(tensors);
-        break;
-      }
-      PyList_SET_ITEM(tensors, (Py_ssize_t)i, tensor);
-    }
-    if (tensors != NULL) {
-      flat = Py_BuildValue("(y#N)", (const char *)walk.key, (Py_ssize_t)walk.key_length, tensors);
-    }
-  }
-  gf_walk_free(&walk);
-  return flat;
-}
-
-/* output_template(result) -> (template, [tensors]) for a plain result, else None. */
-static PyObject *gf_output_template(PyObject *self, PyObject *result) {
-  (void)self;
-  PyObject *template = NULL;
-  PyObject *tensors = NULL;
-  switch (gf_walk_output_template(result, gf_placeholder, &template, &tensors)) {
-  case GF_WALK_OK:
-    return Py_BuildValue("((N)N)", template, tensors);
-  case GF_WALK_UNSUPPORTED:
-    Py_RETURN_NONE;
-  default:
-    return NULL;
-  }
-}
-
-/* rebuild(template, outputs) -> the output a plain template (from output_template) stands for. */
-static PyObject *gf_rebuild(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  (void)self;
-  PyObject *walked = nargs == 2 ? gf_walked_of_template(args[0]) : NULL;
-  if (walked == NULL || !PyList_CheckExact(args[1])) {
-    PyErr_SetString(PyExc_TypeError,
-                    "_graphed_fastcall.rebuild(template: a plain template, outputs: list)");
-    return NULL;
-  }
-  return gf_walk_rebuild(walked, gf_placeholder, args[1]);
-}
-
-/* walked_of(template) -> the walked result a plain template holds, or None for any other. */
-static PyObject *gf_walked_of(PyObject *self, PyObject *template) {
-  (void)self;
-  PyObject *walked = gf_walked_of_template(template);
-  return Py_NewRef(walked != NULL ? walked : Py_None);
+  Py_RETURN_NONE;
 }
 
 /* note_swap(): counts a swap of two tensors' contents, after which every watch fires once. */
@@ -702,21 +421,12 @@ static PyMethodDef gf_fastcall_methods[] = {
     {"call_flat", (PyCFunction)(void (*)(void))gf_flat_call, METH_FASTCALL,
      "call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) -> "
      "output or REENTERED"},
-    {"reset", (PyCFunction)gf_reset, METH_O,
-     "reset(runner_id): drops the graphs (and their output templates) under the runner's lock"},
-    {"refusal", gf_refusal, METH_O,
-     "refusal(tensor) -> None when graphed takes it, else (TypeError or ValueError, the end of a "
-     "sentence saying why)"},
-    {"decode", (PyCFunction)(void (*)(void))gf_decode, METH_FASTCALL,
-     "decode(key, tensors) -> the kwargs a fast-path key stands for"},
-    {"flatten", (PyCFunction)(void (*)(void))gf_flatten, METH_FASTCALL,
-     "flatten(kwargs, variant) -> (key bytes, [tensors]) or FALLBACK: the walk of `call`"},
-    {"output_template", (PyCFunction)gf_output_template, METH_O,
-     "output_template(result) -> (template, [tensors]) for a plain result, else None"},
-    {"walked_of", gf_walked_of, METH_O,
-     "walked_of(template) -> the walked result a plain template holds, or None for any other"},
-    {"rebuild", (PyCFunction)(void (*)(void))gf_rebuild, METH_FASTCALL,
-     "rebuild(template, outputs) -> the output a plain template stands for"},
+    {"attach", (PyCFunction)(void (*)(void))gf_attach, METH_FASTCALL,
+     "attach(runner_id, state, forward, observer): the runner's forward and observer as direct "
+     "hooks (a runner made with no forward operator)"},
+    {"reset", (PyCFunction)(void (*)(void))gf_reset, METH_FASTCALL,
+     "reset(runner_id, restart_churn): drops the graphs (and their output templates) under the "
+     "runner's lock; the churn guard starts afresh only when restart_churn"},
     {"note_swap", gf_note_swap, METH_NOARGS,
      "note_swap(): counts a swap of two tensors' contents (torch.utils.swap_tensors), after which "
      "every watch fires once"},
@@ -764,18 +474,14 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
   if (module == NULL) {
     return NULL;
   }
-  gf_fallback = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_reentered = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_changed = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_run_eager = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
-  gf_placeholder = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
-  if (gf_fallback == NULL || gf_reentered == NULL || gf_changed == NULL || gf_run_eager == NULL ||
-      gf_placeholder == NULL || gf_baked_init() != 0 ||
+  if (gf_walker_module_init(module) != 0 || gf_reentered == NULL || gf_changed == NULL ||
+      gf_run_eager == NULL || gf_baked_init() != 0 ||
       PyModule_AddObjectRef(module, "CHANGED", gf_changed) != 0 ||
       PyModule_AddObjectRef(module, "RUN_EAGER", gf_run_eager) != 0 ||
-      PyModule_AddObjectRef(module, "FALLBACK", gf_fallback) != 0 ||
       PyModule_AddObjectRef(module, "REENTERED", gf_reentered) != 0 ||
-      PyModule_AddObjectRef(module, "PLACEHOLDER", gf_placeholder) != 0 ||
       PyModule_AddObjectRef(module, "CallState", (PyObject *)&gf_call_state_type) != 0 ||
       PyModule_AddObjectRef(module, "SampledCall", (PyObject *)gf_sampled_call_type) != 0 ||
       /* The core's numbers and the probe's warning text Python reads, named once in C

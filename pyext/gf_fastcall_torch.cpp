@@ -58,19 +58,6 @@ extern "C" int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const c
   }
 }
 
-extern "C" void gf_fastcall_torch_mark_forward_error(void *runner_call, int kind) {
-  if (runner_call != nullptr) {
-    graphed::mark_forward_error(*static_cast<graphed::RunnerCall *>(runner_call),
-                                static_cast<graphed::ForwardError>(kind));
-  }
-}
-
-extern "C" void gf_fastcall_torch_mark_kept_state(void *runner_call) {
-  if (runner_call != nullptr) {
-    graphed::mark_forward_kept_state(*static_cast<graphed::RunnerCall *>(runner_call));
-  }
-}
-
 extern "C" int gf_fastcall_torch_phase(const void *runner_call) {
   return runner_call != nullptr ? static_cast<const graphed::RunnerCall *>(runner_call)->phase
                                 : GF_PHASE_EAGER;
@@ -360,7 +347,8 @@ extern "C" gf_status gf_fastcall_torch_call(int64_t runner_id, gf_call_in_flight
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
     FastCallParty party(call, *slot);
-    // A key the core holds back comes back as GF_RUN_EAGER: GraphedForward runs it (_held_back).
+    // A key the core holds back comes back as GF_RUN_EAGER: GraphedForward runs it
+    // (graphed._eager).
     gf_call_options options{pin, static_outputs, nullptr, party.served(), 1};
     gf_status status = graphed::call_runner(
         *slot, key, key_length, inputs, input_count, keep_alive, keep_alive_count, options,
@@ -422,11 +410,15 @@ extern "C" gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_cal
   }
 }
 
-extern "C" gf_status gf_fastcall_torch_reset(int64_t runner_id, gf_error *err) {
+extern "C" gf_status gf_fastcall_torch_reset(int64_t runner_id, int restart_churn, gf_error *err) {
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
     std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
-    gf_runner_reset(slot->runner);
+    if (restart_churn) {
+      gf_runner_reset(slot->runner);
+    } else {
+      gf_runner_drop_graphs(slot->runner);
+    }
     return GF_OK;
   } catch (...) {
     return graphed::status_of_current_exception(err, nullptr);

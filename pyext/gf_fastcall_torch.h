@@ -100,19 +100,10 @@ gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_call_in_flight
                                             PyObject *inputs, PyObject *keep_alive, int pin,
                                             int static_outputs, PyObject **outputs, gf_error *err);
 
-/* Resets the runner (gf_runner_reset) under the runner's lock, waiting for it with the GIL
- * released; the core releases each entry's output template with the entry. */
-gf_status gf_fastcall_torch_reset(int64_t runner_id, gf_error *err);
-
-/* Marks what the exception the forward of the call in flight raised was (runner_call: the
- * CallState's, see gf_call_state.h; NULL outside a call, then nothing is marked): kind 1 its own
- * error, which the host reports as GF_ERR_FORWARD; 2 the device out of memory while warming up or
- * capturing, GF_ERR_DEVICE_MEMORY; the core judges either (see gf_shim_host.h). */
-void gf_fastcall_torch_mark_forward_error(void *runner_call, int kind);
-
-/* Marks that the forward of the call in flight changed no state besides its inputs and outputs
- * (runner_call as above; see graphed::mark_forward_kept_state, gf_shim_host.h). */
-void gf_fastcall_torch_mark_kept_state(void *runner_call);
+/* Resets the runner (gf_runner_reset; gf_runner_drop_graphs, which keeps the churn guard, when
+ * restart_churn is 0) under the runner's lock, waiting for it with the GIL released; the core
+ * releases each entry's output template with the entry. */
+gf_status gf_fastcall_torch_reset(int64_t runner_id, int restart_churn, gf_error *err);
 
 /* The phase of the forward the runner of runner_call (a CallState's) is running: GF_PHASE_EAGER
  * outside one or when runner_call is NULL. */

@@ -5,6 +5,7 @@
 #include "gf_torch_errors.h"
 
 #include "gf_shim_group.h"
+#include "gf_shim_registry.h"
 #include "gf_shim_tensor.h"
 
 #include <ATen/ATen.h>
@@ -103,11 +104,23 @@ std::vector<int64_t> versions_of(const std::vector<at::Tensor> &tensors) {
   return versions;
 }
 
+// The forward's results: through the direct hook where the runner has one, else its operator.
+gf_status run_forward_once(HostContext &host, const std::vector<at::Tensor> &arguments,
+                           std::vector<at::Tensor> &results, gf_forward_report *report,
+                           gf_error *err) {
+  if (host.direct.forward != nullptr) {
+    return host.direct.forward(host.direct.context, arguments, results, report, err);
+  }
+  TORCH_CHECK(host.forward_op.has_value(), "graphed: the runner '", host.name,
+              "' has no forward: it was made with no forward operator and none was attached");
+  results = call_tensor_list_op(*host.forward_op, arguments);
+  return GF_OK;
+}
+
 gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tensor *inputs,
-                           size_t count, gf_pool *outputs, unsigned char *mutated, gf_error *err) {
+                           size_t count, gf_pool *outputs, unsigned char *mutated,
+                           gf_forward_report *report, gf_error *err) {
   HostContext *host = host_context(context);
-  host->call.forward_error = ForwardError::none;
-  host->call.forward_kept_state = false;
   try {
     ForwardScope in_phase(host->call, phase);
     // graphed replays inference forwards: nothing it captures records autograd history.
@@ -121,7 +134,11 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
     if (mutated != nullptr) {
       before = versions_of(arguments);
     }
-    std::vector<at::Tensor> results = call_tensor_list_op(host->forward_op, arguments);
+    std::vector<at::Tensor> results;
+    gf_status status = run_forward_once(*host, arguments, results, report, err);
+    if (status != GF_OK) {
+      return status; // the report says whose error it was; the core decides what it means
+    }
     if (mutated != nullptr) {
       std::vector<int64_t> after = versions_of(arguments);
       for (size_t i = 0; i < count; ++i) {
@@ -132,7 +149,7 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
       // The replay path copies raw bytes, so static outputs must be dense.
       at::Tensor dense = result.is_contiguous() ? result : result.contiguous();
       gf_tensor described = describe_tensor(dense, true);
-      gf_status status = gf_pool_add(outputs, &described, err);
+      status = gf_pool_add(outputs, &described, err);
       if (status != GF_OK) {
         release_handle(described.handle);
         return status;
@@ -142,18 +159,8 @@ gf_status host_run_forward(void *context, gf_forward_phase phase, const gf_tenso
   } catch (...) {
     // The fact only: whose error it is (the caller's, or a capture failure with a group) is the
     // core's to decide (Note [The forward's own error], ops/gf_capture.c).
-    const ForwardError error = std::exchange(host->call.forward_error, ForwardError::none);
-    if (error == ForwardError::own) {
-      return gf_error_set(err, GF_ERR_FORWARD, "graphed: the forward of '%s' raised",
-                          host->name.c_str());
-    }
     std::string what = "graphed: the forward of '" + host->name + "' failed";
-    const gf_status status = status_of_current_exception(err, what.c_str());
-    if (error == ForwardError::device_memory) {
-      err->code = GF_ERR_DEVICE_MEMORY; // torch's message, with its figures, stays
-      return GF_ERR_DEVICE_MEMORY;
-    }
-    return status;
+    return status_of_current_exception(err, what.c_str());
   }
 }
 
@@ -174,8 +181,13 @@ int host_agree(void *context, int ok) {
 
 void host_release(void *, void *handle) { release_handle(handle); }
 
-// The stack in kObserverSchema's order.
+// Tells the runner's observer (its direct hook, else its operator, in kObserverSchema's order).
 void tell_observer(const HostContext &host, const char *kind, const gf_event &event) {
+  const std::string shapes = describe_shapes(event.inputs, event.input_count);
+  if (host.direct.observe != nullptr) {
+    host.direct.observe(host.direct.context, kind, event, shapes);
+    return;
+  }
   std::vector<c10::IValue> stack{std::string(kind),
                                  std::string(event.message != nullptr ? event.message : ""),
                                  event.seconds,
@@ -183,13 +195,18 @@ void tell_observer(const HostContext &host, const char *kind, const gf_event &ev
                                  event.reserved_bytes,
                                  event.static_bytes,
                                  static_cast<int64_t>(event.count),
-                                 describe_shapes(event.inputs, event.input_count)};
+                                 shapes};
   host.observer_op->callBoxed(stack);
+}
+
+// Whether the runner has an observer of either kind.
+bool observed(const HostContext &host) {
+  return host.direct.observe != nullptr || host.observer_op.has_value();
 }
 
 void host_notify(void *context, const gf_event *event) {
   HostContext *host = host_context(context);
-  if (!host->observer_op.has_value()) {
+  if (!observed(*host)) {
     return;
   }
   const char *kind = nullptr;
@@ -219,7 +236,7 @@ void host_notify(void *context, const gf_event *event) {
 
 void host_warn(void *context, const char *message) {
   HostContext *host = host_context(context);
-  if (!host->observer_op.has_value()) {
+  if (!observed(*host)) {
     TORCH_WARN(message);
     return;
   }
@@ -246,19 +263,23 @@ void host_release_user(void *, void *user) {
 
 void host_destroy(void *context) { delete host_context(context); }
 
-int host_last_forward_kept_state(void *context) {
-  return host_context(context)->call.forward_kept_state ? 1 : 0;
-}
-
 } // namespace
 
 const char *const kObserverSchema =
     "(str kind, str message, float seconds, int device_bytes, int reserved_bytes, "
     "int static_bytes, int count, str shapes) -> ()";
 
-void mark_forward_error(RunnerCall &call, ForwardError error) { call.forward_error = error; }
-
-void mark_forward_kept_state(RunnerCall &call) { call.forward_kept_state = true; }
+void attach_direct_hooks(RunnerSlot &slot, DirectHooks hooks) {
+  std::lock_guard<std::recursive_mutex> guard(slot.mutex);
+  HostContext &host = *slot.host;
+  if (host.forward_op.has_value() || host.direct.forward != nullptr) {
+    if (hooks.release != nullptr) {
+      hooks.release(hooks.context);
+    }
+    TORCH_CHECK_VALUE(false, "graphed: the runner '", host.name, "' has a forward already");
+  }
+  host.direct = hooks;
+}
 
 void set_entry_user_release(EntryUserRelease release) {
   installed_user_release.store(release, std::memory_order_release);
@@ -297,7 +318,6 @@ gf_host make_torch_host(HostContext *context) {
   host.warn = host_warn;
   host.notify = host_notify;
   host.destroy = host_destroy;
-  host.last_forward_kept_state = host_last_forward_kept_state;
   return host;
 }
 

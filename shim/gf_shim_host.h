@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 extern "C" {
 #include "gf_host.h"
@@ -27,22 +28,10 @@ namespace graphed {
 // threads, which take a capture across threads in ATen's CUDAGraph, never run one), and a nested
 // forward of the same runner (the forward calling it through the operator) saves and puts back
 // what it changes.
-// What the forward's exception was, as the Python layer judged it (graphed._forward): its own error
-// (the caller's to get: GF_ERR_FORWARD), or the device running out of memory while the runner
-// warmed up or captured (GF_ERR_DEVICE_MEMORY); none: a failure of the capture itself.
-enum class ForwardError { none = 0, own = 1, device_memory = 2 };
-
 struct RunnerCall {
   // Why the forward now running was called (GF_PHASE_EAGER outside one): written by
   // host_run_forward around each forward; read by CallState.phase and graphed::forward_phase.
   gf_forward_phase phase = GF_PHASE_EAGER;
-  // Set by mark_forward_error while the forward unwinds (what the error was: see ForwardError);
-  // read and cleared by host_run_forward.
-  ForwardError forward_error = ForwardError::none;
-  // Set by mark_forward_kept_state when the Python layer knows that the forward now running
-  // changed no state besides its inputs and outputs (graphed._phases); cleared by host_run_forward
-  // before each forward and read by the core after it (gf_host.last_forward_kept_state).
-  bool forward_kept_state = false;
   // Where the CPython entry's dispatched path wants to learn which entry serves its call (it goes
   // through graphed::forward, whose schema cannot carry that): set by that path around its
   // operator call, taken by the runner's next call_runner (so the forward's own calls never see
@@ -55,10 +44,38 @@ struct RunnerCall {
   std::atomic<uint64_t> forward_order{0};
 };
 
-struct HostContext {
-  explicit HostContext(c10::OperatorHandle forward) : forward_op(std::move(forward)) {}
+// The forward and the observer of a runner, called by the host directly instead of through the
+// dispatcher: what the CPython extension gives a GraphedForward's runner (pyext/gf_model_hooks.h),
+// so that a forward the core runs costs no operator call and no operator is registered per
+// instance. Each hook must not throw; `release` frees `context` when the runner goes.
+struct DirectHooks {
+  void *context = nullptr;
+  // Runs the forward once on inputs, appending its outputs; fills the report (the error's kind,
+  // whether the run kept state) and returns a status with err set on failure.
+  gf_status (*forward)(void *context, const std::vector<at::Tensor> &inputs,
+                       std::vector<at::Tensor> &outputs, gf_forward_report *report,
+                       gf_error *err) noexcept = nullptr;
+  // Told of an event (kind: "captured", "evicted", "disabled", "churn", "warning"), with the
+  // inputs' shapes already described (describe_shapes); may be NULL.
+  void (*observe)(void *context, const char *kind, const gf_event &event,
+                  const std::string &shapes) noexcept = nullptr;
+  void (*release)(void *context) noexcept = nullptr;
+};
 
-  c10::OperatorHandle forward_op;              // (Tensor[] inputs) -> Tensor[]
+struct HostContext {
+  HostContext() = default;
+  explicit HostContext(c10::OperatorHandle forward) : forward_op(std::move(forward)) {}
+  ~HostContext() {
+    if (direct.release != nullptr) {
+      direct.release(direct.context);
+    }
+  }
+  HostContext(const HostContext &) = delete;
+  HostContext &operator=(const HostContext &) = delete;
+
+  // (Tensor[] inputs) -> Tensor[]; none for a runner whose forward is direct.forward.
+  std::optional<c10::OperatorHandle> forward_op;
+  DirectHooks direct; // set once, right after creation (attach_direct_hooks)
   std::optional<c10::OperatorHandle> agree_op; // (Tensor ok) -> Tensor, MIN over the group
   std::string name;
   // kObserverSchema: told of every gf_event ("captured", "evicted", "disabled", "churn") and of
@@ -85,20 +102,10 @@ c10::OperatorHandle find_operator(const std::string &qualified_name, const char 
 // A gf_host over a new HostContext (freed by host.destroy).
 gf_host make_torch_host(HostContext *context);
 
-// Marks that the forward `call`'s runner is running raised an error of its own (a Python
-// forward's ValueError, KeyboardInterrupt, ...), not a failure of the capture: host_run_forward
-// then returns GF_ERR_FORWARD (or GF_ERR_DEVICE_MEMORY, for ForwardError::device_memory). The core
-// alone decides what that means: without agreement the caller gets its own error and the runner
-// stays enabled, and out of memory the call runs eager; with a process group either is a capture
-// failure, so that the ranks disable together. Under the runner's lock (the forward runs there).
-void mark_forward_error(RunnerCall &call, ForwardError error);
-
-// Marks that the forward `call`'s runner is running changed no state besides its inputs and
-// outputs: graphed put nothing back after it and found nothing it could not put back. Only then
-// may the first call of a key be answered from its last warm-up (Note [The first call from its
-// last warm-up], ops/gf_capture.c). A forward that never says so (a C++ one) always replays. Under
-// the runner's lock.
-void mark_forward_kept_state(RunnerCall &call);
+// Gives the runner of `slot` (made with no forward operator) its direct forward and observer;
+// a ValueError when it has a forward already. Under the runner's lock.
+struct RunnerSlot;
+void attach_direct_hooks(RunnerSlot &slot, DirectHooks hooks);
 
 // Releases what a CPython entry point keeps in a cache entry (gf_entry.user: its output template):
 // the shim has no Python, so the extension installs the function when it loads, as it installs

@@ -124,7 +124,11 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
   if (memory_pool.has_value()) {
     pool = find_pool(*memory_pool, device);
   }
-  auto *context = new HostContext{find_operator(std::string(forward_op), "forward")};
+  // An empty forward_op: the caller attaches a direct forward right after (GraphedForward, through
+  // the extension: attach_direct_hooks), so that no operator is registered per instance.
+  auto *context = forward_op.empty()
+                      ? new HostContext()
+                      : new HostContext{find_operator(std::string(forward_op), "forward")};
   context->name = std::string(name);
   try {
     if (agree_op.has_value() && !agree_op->empty()) {
@@ -152,7 +156,6 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
   config.pool = pool != nullptr ? pool_handle_for(*pool, backend) : nullptr;
   config.churn_limit = static_cast<unsigned>(churn_limit);
   gf_host host = make_torch_host(context);
-  RunnerCall *call = &context->call; // the runner owns the context from here on
   gf_runner *runner = nullptr;
   gf_error err{};
   gf_status status = gf_runner_create(&config, &host, backend, &runner, &err);
@@ -160,7 +163,8 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
     raise_status(status, err);
   }
   const bool stages_cpu_inputs = cpu_inputs == "to_device" && !device.is_cpu();
-  return register_runner(runner, std::string(name), device, call, stages_cpu_inputs);
+  // the runner owns the context from here on
+  return register_runner(runner, std::string(name), device, context, stages_cpu_inputs);
 }
 
 // Collects a call's outputs into the c10::List the stack holds them in.
@@ -171,9 +175,9 @@ public:
   c10::List<at::Tensor> outputs;
 };
 
-c10::List<at::Tensor> run_forward(int64_t runner_id, c10::string_view key,
-                                  const TensorsOnStack &inputs, const TensorsOnStack &keep_alive,
-                                  bool pin, bool static_outputs) {
+c10::List<at::Tensor> forward_op(int64_t runner_id, c10::string_view key,
+                                 const TensorsOnStack &inputs, const TensorsOnStack &keep_alive,
+                                 bool pin, bool static_outputs) {
   std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
   std::vector<at::Tensor> dense_keep_alive;
   std::vector<gf_tensor> described = describe_borrowed(inputs, nullptr);
@@ -253,8 +257,8 @@ void forward_kernel(const c10::OperatorHandle &, torch::jit::Stack *stack) {
   constexpr size_t argument_count = 6;
   c10::IValue *arguments = &*(stack->end() - argument_count);
   c10::List<at::Tensor> outputs =
-      run_forward(arguments[0].toInt(), arguments[1].toStringView(), TensorsOnStack(arguments[2]),
-                  TensorsOnStack(arguments[3]), arguments[4].toBool(), arguments[5].toBool());
+      forward_op(arguments[0].toInt(), arguments[1].toStringView(), TensorsOnStack(arguments[2]),
+                 TensorsOnStack(arguments[3]), arguments[4].toBool(), arguments[5].toBool());
   ArgumentLists lists{std::move(arguments[2]), std::move(arguments[3])};
   torch::jit::drop(*stack, argument_count);
   stack->emplace_back(std::move(outputs));
@@ -277,13 +281,17 @@ const char *const kStatNames[] = {"graphs",
                                   "shared_input_bytes",
                                   "pool_reserved_bytes",
                                   "churn_eager_calls",
-                                  "churn_guarding"};
+                                  "churn_guarding",
+                                  "hits"};
 
 std::vector<std::string> stat_names_op() {
   return std::vector<std::string>(std::begin(kStatNames), std::end(kStatNames));
 }
 
-std::tuple<std::vector<int64_t>, std::string, std::string> stats_op(int64_t runner_id) {
+// The counters, the backend's name, and why the runner is disabled: the sentence for people and
+// the cause's name for programs (gf_disable_cause.h; "none" while enabled).
+std::tuple<std::vector<int64_t>, std::string, std::string, std::string>
+stats_op(int64_t runner_id) {
   std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
   std::lock_guard<std::recursive_mutex> guard(slot->mutex);
   gf_runner_stats stats{};
@@ -300,15 +308,22 @@ std::tuple<std::vector<int64_t>, std::string, std::string> stats_op(int64_t runn
                                 stats.shared_input_bytes,
                                 stats.pool_reserved_bytes,
                                 static_cast<int64_t>(stats.churn_eager_calls),
-                                stats.churn_guarding};
-  static_assert(sizeof kStatNames / sizeof kStatNames[0] == 13, "a name for every counter");
-  return {counters, gf_runner_backend_name(slot->runner), gf_runner_disabled_reason(slot->runner)};
+                                stats.churn_guarding,
+                                static_cast<int64_t>(stats.hits)};
+  static_assert(sizeof kStatNames / sizeof kStatNames[0] == 14, "a name for every counter");
+  return {counters, gf_runner_backend_name(slot->runner), gf_runner_disabled_reason(slot->runner),
+          gf_disable_cause_name(gf_runner_disabled_cause(slot->runner))};
 }
 
-void disable_op(int64_t runner_id, c10::string_view reason) {
+void disable_op(int64_t runner_id, c10::string_view reason, c10::string_view cause) {
+  const int code = gf_disable_cause_of_name(std::string(cause).c_str());
+  TORCH_CHECK_VALUE(code > GF_CAUSE_NONE,
+                    "graphed: disable's cause must name one of "
+                    "gf_disable_cause's causes (user, verify, watch, ...), got '",
+                    cause, "'");
   std::shared_ptr<RunnerSlot> slot = find_runner(runner_id);
   std::lock_guard<std::recursive_mutex> guard(slot->mutex);
-  gf_runner_disable(slot->runner, std::string(reason).c_str());
+  gf_runner_disable(slot->runner, static_cast<gf_disable_cause>(code), std::string(reason).c_str());
 }
 
 void reset_op(int64_t runner_id) {
@@ -429,9 +444,9 @@ TORCH_LIBRARY(graphed, m) {
         {at::Tag::pt2_compliant_tag});
   m.impl("forward", c10::DispatchKey::CompositeExplicitAutograd,
          torch::CppFunction::makeFromBoxedFunction<&graphed::forward_kernel>());
-  m.def("stats(int runner) -> (int[], str, str)", &graphed::stats_op);
+  m.def("stats(int runner) -> (int[], str, str, str)", &graphed::stats_op);
   m.def("stat_names() -> str[]", &graphed::stat_names_op);
-  m.def("disable(int runner, str reason) -> ()", &graphed::disable_op);
+  m.def("disable(int runner, str reason, str cause='user') -> ()", &graphed::disable_op);
   m.def("reset(int runner) -> ()", &graphed::reset_op);
   m.def("destroy(int runner) -> ()", &graphed::destroy_op);
   m.def("backend() -> str[]", &graphed::backend_op);

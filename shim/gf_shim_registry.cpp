@@ -74,12 +74,13 @@ template <typename Use> auto locked(Use use) {
 } // namespace
 
 int64_t register_runner(gf_runner *runner, const std::string &name, c10::Device device,
-                        RunnerCall *call, bool stages_cpu_inputs) {
+                        HostContext *host, bool stages_cpu_inputs) {
   auto slot = std::make_shared<RunnerSlot>();
   slot->runner = runner;
   slot->name = name;
   slot->device = device;
-  slot->call = call;
+  slot->host = host;
+  slot->call = &host->call;
   slot->stages_cpu_inputs = stages_cpu_inputs;
   return locked([&](Registry &table) { return table.runners.add(std::move(slot)); });
 }

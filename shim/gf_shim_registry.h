@@ -19,6 +19,7 @@ extern "C" {
 namespace graphed {
 
 struct RunnerCall;
+struct HostContext;
 
 struct RunnerSlot {
   gf_runner *runner = nullptr;
@@ -28,15 +29,18 @@ struct RunnerSlot {
   // The runner's share of the call in flight (gf_shim_host.h), owned by its host context: lives
   // as long as the runner, which the slot destroys last. Used under `mutex` only.
   RunnerCall *call = nullptr;
+  // The runner's host context (gf_shim_host.h), owned by the runner likewise: where
+  // attach_direct_hooks gives a GraphedForward's runner its forward. Used under `mutex` only.
+  HostContext *host = nullptr;
   // cpu_inputs="to_device": a CPU input of a runner on another device is copied there for the
   // call (gf_shim_call.cpp), as a forward that moves it itself would; none is copied back.
   bool stages_cpu_inputs = false;
   ~RunnerSlot() { gf_runner_destroy(runner); }
 };
 
-// Takes ownership of runner, whose host context holds `call`; returns its id.
+// Takes ownership of runner, whose host context is `host`; returns its id.
 int64_t register_runner(gf_runner *runner, const std::string &name, c10::Device device,
-                        RunnerCall *call, bool stages_cpu_inputs);
+                        HostContext *host, bool stages_cpu_inputs);
 
 // The phase of the innermost forward a live runner runs on the calling thread (GF_PHASE_EAGER
 // when none does): what the operator graphed::forward_phase answers model code with, which names

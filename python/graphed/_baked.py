@@ -78,6 +78,14 @@ _LONGEST_WATCHED = 64
 # accelerate's hooks that move a module's weights at every call (model and sequential offload);
 # other accelerate hooks (device_map's AlignDevicesHook without offload) only move inputs.
 _OFFLOAD_HOOKS = ("CpuOffload", "UserCpuOffloadHook")
+# The captures the watch may throw away in a row with no replay between: at it, the runner runs
+# eager (stats()["disabled_cause"] "recapture_limit") with one warning naming what changed. A
+# module that changes what its graphs read at every call (a weight re-assigned per call) would
+# otherwise pay a capture per call forever. CUDAGraph Trees cap the same case at 128
+# (cudagraph_unexpected_rerecord_limit, conservatively large); graphed's captures run in the
+# caller's call, so it stops sooner: 8 captures each thrown away before a single replay is no
+# adapter rotation (which replays between switches) and no lazy setup (which settles at once).
+RECAPTURE_LIMIT = 8
 
 
 def _where(path: str) -> str:
@@ -261,12 +269,16 @@ class Watch:
     docstring). The check itself is native (the call state's watch, pyext/gf_baked.h); the
     record it compares with is `baked` (None while nothing is watched: a callable that is not an
     nn.Module, or a runner disabled). Methods that act on the runner take it as an argument (it
-    answers module, name, stats(), disable(reason) and reset()), so the watch holds no reference
-    to it."""
+    answers module, name, stats(), disable(reason, cause) and _drop_graphs()), so the watch holds
+    no reference to it."""
 
     def __init__(self, call_state: Any) -> None:
         self._call_state = call_state
         self.baked: BakedState | None = None
+        # The graphs dropped for a change in a row with no replay between (RECAPTURE_LIMIT), and
+        # the runner's hits when the last were dropped.
+        self._drops_in_a_row = 0
+        self._hits_at_drop = -1
 
     def arm(self, runner: Any) -> None:
         """Records what the graphs bake in besides their inputs and arms the native check of it;
@@ -286,7 +298,7 @@ class Watch:
                 "enable_sequential_cpu_offload), and wrap it after removing the hooks"
             )
             # Said once: the disable's own report (graphed._observe) names the reason.
-            runner.disable(reason)
+            runner.disable(reason, "watch")
             return
         self.record(module)
         if self._call_state.watch_fired():
@@ -294,7 +306,8 @@ class Watch:
             # hold, and a graph of it cannot be kept right.
             runner.disable(
                 "graphed cannot watch the addresses of the module's tensors (a tensor torch will "
-                "not give an address for); calls run eager"
+                "not give an address for); calls run eager",
+                "watch",
             )
 
     def stop(self) -> None:
@@ -317,14 +330,36 @@ class Watch:
         if recorded is None or self.baked is None:
             return
         changed = recorded.differences(self.baked)
-        if changed:
-            runner.reset()
-            _log.info(
-                "runner '%s': %s changed since the graphs were captured; they are "
-                "dropped and captured again",
-                runner.name,
-                ", ".join(changed),
+        if not changed:
+            return
+        if self._past_recapture_limit(runner):
+            self.stop()
+            runner.disable(
+                f"{', '.join(changed)} changed again before any graph replayed, "
+                f"{RECAPTURE_LIMIT} times in a row: a graph replays what its capture read, so "
+                "each change cost a capture that never served a call; calls run eager. Change "
+                "such state in place (copy_, fill_), or pass what changes per call as a kwarg",
+                "recapture_limit",
             )
+            return
+        runner._drop_graphs()  # the churn guard goes on counting: a change is no new traffic
+        _log.info(
+            "runner '%s': %s changed since the graphs were captured; they are "
+            "dropped and captured again",
+            runner.name,
+            ", ".join(changed),
+        )
+
+    def _past_recapture_limit(self, runner: Any) -> bool:
+        """Counts one more drop of the graphs; True at RECAPTURE_LIMIT in a row with no replay
+        between (the graphs captured before the first of them counted: at most RECAPTURE_LIMIT
+        captures serve no call)."""
+        hits = runner.stats()["hits"]  # calls a graph served that it did not capture on
+        if hits != self._hits_at_drop:
+            self._drops_in_a_row = 0
+        self._hits_at_drop = hits
+        self._drops_in_a_row += 1
+        return self._drops_in_a_row >= RECAPTURE_LIMIT
 
     def before_capture(self, module: torch.nn.Module) -> None:
         """Before the capture's forward: the probe or the warm-ups changed what the check sees

@@ -18,19 +18,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from . import _arguments, _groups, _library, _observe, _ops, _phases, _regions, _verify
+from . import _arguments, _eager, _groups, _library, _observe, _ops, _phases, _regions, _verify
 from ._baked import Watch
 from ._churn import NewKeys
-from ._device_hooks import hooks_for, resolve_device
+from ._device_hooks import hooks_for
 from ._memory import MemoryPool, pool_id_of
 from ._module_methods import ModuleMethods
 from ._native import _graphed_fastcall as _fastcall
+from ._options import RunnerOptions
+from ._reentry import ReentryDepth
 from ._tree import flatten_kwargs, flatten_output, kwargs_of, rebuild_output
 
 __all__ = ["GraphedForward"]
@@ -51,6 +52,8 @@ _is_compiling = torch.compiler.is_compiling
 _PHASE_CAPTURE = _phases.PHASE_CAPTURE
 _PHASE_EAGER = _phases.PHASE_EAGER
 _SAMPLED_CALL = _fastcall.SampledCall
+_run_eagerly = _eager.run_eagerly
+_DISABLED, _HELD_BACK, _REENTERED_CALL = _eager.DISABLED, _eager.HELD_BACK, _eager.REENTERED
 # GraphedForward's default churn_limit (ops/gf_churn.h).
 CHURN_LIMIT = _fastcall.CHURN_LIMIT
 
@@ -106,44 +109,46 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         _library.load_library()
         _arguments.check_callable(module)
         _arguments.check_reserved(module)
-        _arguments.check_options(
-            cpu_inputs, max_entries, warmup_iters, capture_context, churn_limit
+        # Every parameter but the module, by its name.
+        options = RunnerOptions.of(
+            **{key: value for key, value in locals().items() if key not in ("self", "module")}
         )
-        verification = _verify.Verification.of(verify, verify_tolerance, verify_every)
-        self.module = module
-        self.device = resolve_device(torch.device(device))
-        self.name = name
-        self.group = group
-        self.memory_pool = memory_pool
-        self._splits_into_regions = regions
-        self._hooks = hooks_for(self.device.type)
-        self._capture_context = capture_context
-        self._positional_names, limit = _arguments.positional_names(module)
-        # The kwargs a positional call makes: (args, kwargs) -> kwargs (_arguments.bind_positional).
-        self._bind_positional = functools.partial(
-            _arguments.bind_positional, name, self._positional_names, limit
-        )
-        self._inputs_to_device = cpu_inputs == "to_device" and self.device.type != "cpu"
-        self._start(max_entries, warmup_iters, enabled, backend, verification, churn_limit)
+        self._start(module, options, module)
+
+    @classmethod
+    def from_options(
+        cls, module: Callable[..., Any], options: RunnerOptions, forward: Callable[..., Any]
+    ) -> GraphedForward:
+        """A GraphedForward of `module` made with `options` (another's `.options`, copied with
+        dataclasses.replace) that runs `forward` in place of the module's call, while `module`
+        stays what the watch watches: a region's (graphed._regions), whose forward is the one the
+        region replaced."""
+        _library.load_library()
+        _arguments.check_callable(forward)
+        _arguments.check_reserved(module)
+        runner = cls.__new__(cls)
+        runner._start(module, options, forward)
+        return runner
 
     def _start(
-        self,
-        max_entries: int,
-        warmup_iters: int,
-        enabled: bool,
-        backend: str | None,
-        verification: _verify.Verification | None,
-        churn_limit: int,
+        self, module: Callable[..., Any], options: RunnerOptions, forward: Callable[..., Any]
     ) -> None:
         """The per-runner state, then the runner itself (graphed._ops) and what it starts with:
         its watch, and the Python answer when it starts disabled."""
-        # What the forward operator and eager runs call: the module, or a region's original
-        # forward (graphed._regions), while `module` stays what the watch watches.
-        self._forward_call: Callable[..., Any] = self.module
-        self._regions: _regions.Regions | None = None
-        self._region_options = _regions.options_of(
-            self, max_entries, warmup_iters, backend, verification, churn_limit
+        self.module = module
+        self.options = options
+        self.device, self.name, self.group = options.device, options.name, options.group
+        self.memory_pool = options.memory_pool
+        self._hooks = hooks_for(self.device.type)
+        self._positional_names, limit = _arguments.positional_names(module)
+        # The kwargs a positional call makes: (args, kwargs) -> kwargs (_arguments.bind_positional).
+        self._bind_positional = functools.partial(
+            _arguments.bind_positional, self.name, self._positional_names, limit
         )
+        # What the host's forward and eager runs call: the module, or a region's original forward
+        # (graphed._regions), while `module` stays what the watch watches.
+        self._forward_call = forward
+        self._regions: _regions.Regions | None = None
         # The call in flight, set by both C entry points under the runner's lock (see
         # pyext/gf_fastcall.c); each cache entry holds its own output template.
         self._call_state = _fastcall.CallState(rebuild_output)
@@ -151,33 +156,16 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self._runs = _phases.ForwardRuns(self.name, self._call_state)
         # The kwargs of the latest calls without a graph, for the churn guard's warning.
         self._new_keys = NewKeys(kwargs_of)
-        # Per thread, as re-entry is: how deep this runner's forward runs on this thread now (a
-        # call from inside it is its own re-entry; another thread's call is a call of its own).
-        self._forwards_here = threading.local()
-        self._disabled = False
+        # How deep this runner's forward runs on this thread now (graphed._reentry).
+        self._forwards_here = ReentryDepth()
+        # Disabled for good: calls answered in Python; _split_due: the next one makes regions.
+        self._disabled = self._split_due = False
+        verification = options.verification
         # None: no call is compared with eager; else what compares those the entries sample.
         self._verifier = None if verification is None else _verify.Verifier(verification)
         if self._verifier is not None:
             self._verifier.arm(self._call_state)
-        # With a group, the shim agrees over it by its registered name (graphed._groups).
-        group_name = None if self.group is None else _groups.group_name_of(self.group)
-        self._hooks.on_runner_created()
-        self._registration = _ops.make_runner(
-            self,
-            GraphedForward._run_module,
-            GraphedForward._note_disabled,
-            name=self.name,
-            device=self.device,
-            max_entries=max_entries,
-            warmup_iters=warmup_iters,
-            enabled=enabled,
-            group_name=group_name,
-            backend=backend,
-            memory_pool=pool_id_of(self.memory_pool),
-            # Staged on the device by the runner's torch-side call itself (shim/gf_shim_call.cpp).
-            cpu_inputs="to_device" if self._inputs_to_device else "refuse",
-            churn_limit=churn_limit,
-        )
+        self._registration = self._make_runner(options)
         self._registration.log.describe_churn = self._new_keys.describe
         self._id = self._registration.runner_id
         if self.group is not None:
@@ -188,9 +176,31 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         # No graph will run on a device the backend cannot serve, so the core's device check (made
         # on the way to a graph) never would: the eager run makes it (_run_module), so that code
         # refused on the device is refused without it too.
-        graphless = _observe.graphs_unavailable(stats["disabled_reason"] or "")
+        graphless = _observe.graphs_unavailable(stats)
         self._checks_devices = graphless and self.device.type != "cpu"
         self._watch.arm(self)
+
+    def _make_runner(self, options: RunnerOptions) -> _ops.Registration:
+        # With a group, the shim agrees over it by its registered name (graphed._groups).
+        group_name = None if self.group is None else _groups.group_name_of(self.group)
+        self._hooks.on_runner_created()
+        return _ops.make_runner(
+            self,
+            GraphedForward._run_module,
+            GraphedForward._note_disabled,
+            self._call_state,
+            name=self.name,
+            device=self.device,
+            max_entries=options.max_entries,
+            warmup_iters=options.warmup_iters,
+            enabled=options.enabled,
+            group_name=group_name,
+            backend=options.backend,
+            memory_pool=pool_id_of(options.memory_pool),
+            # Staged on the device by the runner's torch-side call itself (shim/gf_shim_call.cpp).
+            cpu_inputs="to_device" if options.inputs_to_device else "refuse",
+            churn_limit=options.churn_limit,
+        )
 
     # -- the call path ---------------------------------------------------------------------
 
@@ -203,7 +213,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         overwrites). Returns what the module returns, with fresh tensors."""
         if self._disabled:
             # A runner disabled for good, answered in Python.
-            return self._answer_eagerly(args, kwargs)
+            return self._call_disabled(args, kwargs)
         # The options are read out of **kwargs rather than declared as keyword parameters:
         # CPython matches every keyword of a call against each declared name, by identity and
         # then by string comparison, which cost about 1.3 us a call at 64 kwargs (a 2-core x86
@@ -222,9 +232,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         if args:
             kwargs = self._bind_positional(args, kwargs)
         if _is_compiling():
-            # torch.compile or torch.export is tracing the caller: it sees the module itself
-            # (its weights, its operations), with no opaque call in between.
-            return self._forward_call(**kwargs)
+            return _run_eagerly(self, kwargs, _eager.COMPILING)
         while True:
             result = _fastcall.call(
                 self._id,
@@ -244,11 +252,13 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             options = (held_tensors, pin, static_outputs, held_objects)
             result = self._call_flat(kwargs, variant, options)
         if result is _RUN_EAGER:
-            return self._held_back(kwargs)
+            # A new key the core holds back (ops/gf_churn.h, gf_backoff.h): run here, not through
+            # the host's forward (about 60 us a call more on the H200's host).
+            return _run_eagerly(self, kwargs, _HELD_BACK, variant=variant)
         if result is _REENTERED:
             # A call from inside this instance's own forward (the forward calls its GraphedForward
             # again): eager, as the forward would run without graphed (see gf_fastcall.c).
-            return self._eager(kwargs)
+            return _run_eagerly(self, kwargs, _REENTERED_CALL)
         if type(result) is _SAMPLED_CALL:
             # One of the calls verify mode compares with eager (graphed._verify).
             return self._verifier.compared(self, kwargs, result)
@@ -261,57 +271,37 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         static_outputs, the held objects)."""
         tensors, key, spec = flatten_kwargs(kwargs, variant)
         if not tensors:
-            return self._eager(kwargs)
+            return _run_eagerly(self, kwargs, _eager.NO_TENSORS)
         _arguments.check_keep_alive(options[0])
         return _fastcall.call_flat(self._id, self._call_state, key, tensors, spec, *options)
 
-    def _answer_eagerly(self, args: tuple, kwargs: dict) -> Any:
+    def _call_disabled(self, args: tuple, kwargs: dict) -> Any:
         """A call of a runner disabled for good, answered here: the module runs eagerly without
-        entering the core (no runner lock, no dispatcher, no decoding). What the core's eager
-        path did stays: the C walker's refusals by kwarg path, the device check of a runner
-        without graphs, the refusal of an output no graph could rebuild, and the count in
-        eager_calls (not for a call without tensors, nor one from inside this runner's own
-        forward); kwargs the walker hands back take the Python path (_call_flat) as before."""
+        entering the core (no runner lock, no dispatcher, no decoding), through the one eager
+        route (graphed._eager), after the C walker's refusals by kwarg path; kwargs the walker
+        hands back take the Python path (_call_flat) as before. The first such call of a runner
+        whose capture failed makes its regions (graphed._regions)."""
         variant, keep_alive, pin, static_outputs = _pop_options(kwargs)
         held_tensors, held_objects = _split_keep_alive(keep_alive)
         if args:
             kwargs = self._bind_positional(args, kwargs)
-        if _is_compiling() or getattr(self._forwards_here, "depth", 0):
-            return self._eager(kwargs)
+        if _is_compiling():
+            return _run_eagerly(self, kwargs, _eager.COMPILING)
+        if self._forwards_here.level:
+            return _run_eagerly(self, kwargs, _REENTERED_CALL)
+        if self._split_due:
+            self._split_due = False
+            self._regions = _regions.split_into_regions(self)
         flat = _fastcall.flatten(kwargs, variant)
         if flat is _FALLBACK:
             options = (held_tensors, pin, static_outputs, held_objects)
             result = self._call_flat(kwargs, variant, options)
-            return self._eager(kwargs) if result is _REENTERED else result
+            return _run_eagerly(self, kwargs, _REENTERED_CALL) if result is _REENTERED else result
         tensors = flat[1]
         if not tensors:
-            return self._eager(kwargs)
+            return _run_eagerly(self, kwargs, _eager.NO_TENSORS)
         _arguments.check_keep_alive(held_tensors)
-        self._registration.count_eager_call()
-        here = self._forwards_here
-        here.depth = 1
-        try:
-            if self._checks_devices:
-                _arguments.refuse_off_device(kwargs, tensors, self.device, self._inputs_to_device)
-            result = self._eager(kwargs)
-        finally:
-            here.depth = 0
-        if _fastcall.output_template(result) is None:
-            flatten_output(result)  # refuses, by its path, an output no graph could rebuild
-        return result
-
-    def _held_back(self, kwargs: dict) -> Any:
-        """A new key the core holds back (ops/gf_churn.h, gf_backoff.h), counted there: run here,
-        not through the core's forward operator (about 60 us a call more on the H200's host),
-        settling what it re-assigned and refusing an output no graph could rebuild, as that path
-        does."""
-        result = self._eager(kwargs, core_run=True)  # capture_context, as the core's runs
-        changed = self._watch.settle(self.module)
-        if changed:
-            self._runs.name_side_effects(changed)
-        if _fastcall.output_template(result) is None:
-            flatten_output(result)
-        return result
+        return _run_eagerly(self, kwargs, _DISABLED, tensors)
 
     def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The body of the forward operator the core calls for probe, warm-up, capture and eager
@@ -333,18 +323,23 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         kwargs = kwargs_of(source, inputs)
         phase = state.phase
         if phase == _PHASE_CAPTURE or phase == _PHASE_EAGER:
-            # A call without a graph: the churn guard names what changes among them.
+            # A call without a graph: the churn guard names what changes among them (and, when
+            # the guard started on this call, says so now that it is recorded).
             self._new_keys.record(source, inputs)
-        watch, runs, here = self._watch, self._runs, self._forwards_here
+            log = self._registration.log
+            if log.churn_pending is not None:
+                log.say_churn()
+        watch, runs = self._watch, self._runs
         settles_state = watch.baked is not None and phase in (_PHASE_CAPTURE, _PHASE_EAGER)
         if settles_state and phase == _PHASE_CAPTURE:
             watch.before_capture(self.module)
-        depth = getattr(here, "depth", 0)
-        here.depth = depth + 1
         try:
             if self._checks_devices and phase == _PHASE_EAGER:
-                _arguments.refuse_off_device(kwargs, inputs, self.device, self._inputs_to_device)
+                _arguments.refuse_off_device(
+                    kwargs, inputs, self.device, self.options.inputs_to_device
+                )
             with (
+                self._forwards_here,
                 self._context(core_run=True),
                 runs.forward_in_phase(phase, lambda: watch.state_to_keep(state.held, self.module)),
             ):
@@ -361,8 +356,6 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             state.record_error(raised, _phases.error_kind(raised, phase))
             _log.debug("the forward of %s raised", self.name, exc_info=True)
             raise
-        finally:
-            here.depth = depth
         state.record_template(template)
         runs.check_template(phase, template)
         if settles_state:
@@ -371,22 +364,16 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
                 runs.name_side_effects(changed)
         return tensors
 
-    def _eager(self, kwargs: dict, core_run: bool = False) -> Any:
-        with torch.no_grad(), self._context(core_run):
-            regions = self._regions
-            if regions is None:
-                return self._forward_call(**kwargs)
-            return regions.run(self._forward_call, (), kwargs)
-
     def _context(self, core_run: bool) -> contextlib.AbstractContextManager:
         """capture_context, if given, around a run of the core (`core_run`) while the runner is
         enabled, and around any run inside someone else's stream capture."""
-        if self._capture_context is None:
+        capture_context = self.options.capture_context
+        if capture_context is None:
             return contextlib.nullcontext()
         if core_run and not self._disabled and not self.stats()["enabled"]:
             self._note_disabled()
         if (core_run and not self._disabled) or self._hooks.outer_capture_active():
-            return self._capture_context()
+            return capture_context()
         return contextlib.nullcontext()
 
     # -- introspection and control -------------------------------------------------------
@@ -401,22 +388,24 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             f"replays={stats['replays']}, {state})"
         )
 
-    def disable(self, reason: str) -> None:
-        """Disables graph replay for the rest of the process; calls run eager."""
-        torch.ops.graphed.disable(self._id, str(reason))
+    def disable(self, reason: str, cause: str = "user") -> None:
+        """Disables graph replay for the rest of the process; calls run eager. `cause` is what
+        stats()["disabled_cause"] says (graphed itself passes "verify", "watch", ...)."""
+        torch.ops.graphed.disable(self._id, str(reason), cause)
         self._note_disabled()
 
     def _note_disabled(self) -> bool:
         """The runner is disabled for good (its "disabled" event, disable(), or made so): calls
-        are answered in Python from now on (_answer_eagerly), and nothing is watched. When its
-        forward cannot be captured whole, the forward runs in regions (graphed._regions), and
-        this says True: the regions' warning said why."""
+        are answered in Python from now on (_call_disabled), and nothing is watched. When its
+        forward cannot be captured whole, its next call splits it into regions
+        (graphed._regions), and this says True: the regions' warning will say why. Called from
+        the disable's event inside the core's failing call, so it changes nothing else."""
         first = not self._disabled
         self._disabled = True
         self._watch.stop()
-        if first and self._splits_into_regions:
-            self._regions = _regions.split_into_regions(self)
-        return self._regions is not None
+        if first and self.options.regions:
+            self._split_due = _regions.splits_into_regions(self)
+        return self._split_due or self._regions is not None
 
     def regions(self) -> list[dict[str, Any]]:
         """The submodules considered as regions, in tree order, when the forward runs in regions
@@ -427,19 +416,28 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         stats(), or None)."""
         return [] if self._regions is None else self._regions.describe()
 
+    @property
+    def region_tree(self) -> _regions.Regions | None:
+        """The regions this runner's forward runs in (graphed._regions), or None."""
+        return self._regions
+
     def release_group(self, reason: str) -> None:
         """Lets go of the process group before it ends (graphed._groups calls it when the group
         is destroyed and at interpreter exit): drops every graph, which may use the group's
         communicator, and disables the runner with `reason`; calls run eager from then on."""
         if self.group is None:
             return
-        self.disable(reason)
+        self.disable(reason, "group_released")
         self.reset()
         self.group = None
 
     def reset(self) -> None:
         """Drops every captured graph and its buffers; the next call captures again."""
-        _fastcall.reset(self._id)
+        _fastcall.reset(self._id, True)
+
+    def _drop_graphs(self) -> None:
+        """reset() for the watch: the churn guard goes on counting (ops/gf_runner.h)."""
+        _fastcall.reset(self._id, False)
 
     def _follow_change(self) -> None:
         """What the graphs baked in may have changed (graphed._module_methods): look."""

@@ -14,14 +14,16 @@ graphed._forward imports graphed._regions.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
 from ._forward import GraphedForward
 from ._memory import MemoryPool
+from ._options import RunnerOptions
 from ._regions import Regions
 
 __all__ = ["GraphedRegions", "graph_regions"]
@@ -118,8 +120,13 @@ def graph_regions(
     memory pool (`memory_pool`, or one made here). Warm-up is calling the model: a block's first
     call vets it, its second captures. Returns a GraphedRegions (regions(), stats(), reset(),
     remove())."""
-    # Options GraphedForward does not take are refused here, not at each block's first call.
-    inspect.signature(GraphedForward).bind(model, device=device, **options)
+    # Options GraphedForward does not take are refused here, not at each block's first call; the
+    # blocks' runners are made from one record of them (graphed._options).
+    pool = options.pop("memory_pool", None) or MemoryPool(device)
+    bound = inspect.signature(GraphedForward).bind(model, device=device, **options)
+    bound.apply_defaults()
+    arguments = {key: value for key, value in bound.arguments.items() if key != "module"}
+    record = RunnerOptions.of(**arguments)
     classes, names = _block_names(model, blocks)
     found = _matching(model, classes, names)
     if not found:
@@ -128,19 +135,17 @@ def graph_regions(
             f"graphed: graph_regions found no submodule of {type(model).__name__} of "
             f"{', '.join(wanted)}"
         )
-    name = options.pop("name", "graphed")
-    pool = options.pop("memory_pool", None) or MemoryPool(device)
+    name = record.name
 
-    def make_runner(block: torch.nn.Module, path: str) -> GraphedForward:
-        return GraphedForward(
-            block, device=device, name=f"{name}/{path}", memory_pool=pool, **options
-        )
+    def make_runner(block: torch.nn.Module, path: str, forward: Callable) -> GraphedForward:
+        copied = dataclasses.replace(record, name=f"{name}/{path}", memory_pool=pool)
+        return GraphedForward.from_options(block, copied, forward)
 
     regions = Regions(
         model,
         make_runner,
         name=name,
-        group=options.get("group"),
+        group=record.group,
         device=pool.device,
         found=found,
         permanent=True,

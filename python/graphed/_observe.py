@@ -1,13 +1,15 @@
 """What a runner says about itself, through `logging` (logger "graphed"): the native core tells
-an observer operator of each capture (its time and the device memory the graph took), each
-eviction, churn and the disable; this module registers that operator for a GraphedForward and
-turns the events into log records.
+a GraphedForward's RunnerLog of each capture (its time and the device memory the graph took), each
+eviction, churn and the disable (a direct hook of its runner, pyext/gf_model_hooks.cpp), and the
+log turns the events into log records.
 
 - INFO per capture: runner, key summary (dtypes and shapes), seconds, device memory.
 - DEBUG per eviction.
 - WARNING once when the churn guard starts (new keys keep coming and none comes back), naming the
   kwargs that keep changing (graphed._churn) and the shapes of the latest keys; INFO when it
-  starts again later.
+  starts again later. The core tells the start before the call it started on runs, so it is said
+  once that call is recorded (RunnerLog.say_churn). Captures that keep evicting where no guard
+  runs ("thrash") are said at once, the same way.
 - WARNING for a disable (once: a runner is disabled once) or a runner warning.
 - WARNING once per process, for the first runner made without graphs (graphs_unavailable).
 
@@ -24,30 +26,16 @@ that stands in for it with the name in front (and does nothing once any handler 
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
-import re
 import sys
-import threading
-import weakref
 from collections.abc import Callable
 
-import torch
-
 _log = logging.getLogger("graphed")
-_observers_library = torch.library.Library("graphed_observers", "FRAGMENT")
-_numbers = itertools.count()
-_lock = threading.Lock()
 _RECENT_KEYS = 6
-# The core's messages carry their own "graphed: " for hosts that print them as they are (its
-# TORCH_WARN path); a record's logger name says it already, so it is dropped from the message,
-# also where the core nests one message in another ("capture failed: graphed: ...").
-_NESTED_PREFIX = re.compile(r"(^|: )graphed: ")
-
-
-def said_once(message: str) -> str:
-    """`message` without the "graphed: " prefixes of the core's messages inside it."""
-    return _NESTED_PREFIX.sub(r"\1", message)
+# The core's messages start with their own "graphed: " for hosts that print them as they are (its
+# TORCH_WARN path); a record's logger name says it already, so it is dropped from the message. The
+# core nests none inside (gf_text_said_once, ops/gf_runner_release.c).
+_NAME = "graphed: "
 
 
 def _mib(count: int) -> str:
@@ -106,6 +94,10 @@ class RunnerLog:
         # first start is a WARNING, later ones INFO.
         self.describe_churn: Callable[[], str] | None = None
         self.churn_said = False
+        # The churn guard's start, told by the core before the call it started on ran: said by
+        # say_churn once that call is recorded (graphed._eager, GraphedForward._run_module), so
+        # that the warning names it too.
+        self.churn_pending: str | None = None
 
     def event(
         self,
@@ -118,7 +110,7 @@ class RunnerLog:
         count: int,
         shapes: str,
     ) -> None:
-        message = said_once(message)
+        message = message.removeprefix(_NAME)
         if kind == "disabled" and self.on_disabled is not None and self.on_disabled():
             return
         if kind == "captured":
@@ -136,20 +128,10 @@ class RunnerLog:
         elif kind == "evicted":
             _log.debug("%s evicted [%s] (%s)", self.name, shapes, _mib(static_bytes))
         elif kind == "churn":
-            keys = "; ".join(f"[{key}]" for key in self.recent)
-            changing = self.describe_churn() if self.describe_churn is not None else ""
-            level = logging.INFO if self.churn_said else logging.WARNING
-            self.churn_said = True
-            _log.log(
-                level,
-                "%s: %s. What changes from call to call: %s. Recent keys: %s. A value that "
-                "changes every call can be passed as a tensor (graphed keys a tensor by its "
-                "shape, not its values); see docs/troubleshooting.md",
-                self.name,
-                message,
-                changing or "not named (the calls were made before this runner recorded them)",
-                keys,
-            )
+            self.churn_pending = message
+        elif kind == "thrash":  # unguarded captures that keep evicting: said now
+            self.churn_pending = message
+            self.say_churn()
         else:  # "disabled" or "warning"
             # One channel, the logger: it is where every other event of a runner goes (and the
             # first runner's "graphs unavailable"), so a program routes, filters or silences
@@ -159,44 +141,42 @@ class RunnerLog:
             # warnings' default filter shows a warning once per code location, not per runner.
             _log.warning("%s: %s", self.name, message)
 
+    def say_churn(self) -> None:
+        """Says the pending start of the churn guard: a WARNING the first time, INFO after."""
+        message, self.churn_pending = self.churn_pending, None
+        if message is not None:
+            self._say_churn(message, logging.INFO if self.churn_said else logging.WARNING)
+            self.churn_said = True
+
+    def _say_churn(self, message: str, level: int) -> None:
+        keys = "; ".join(f"[{key}]" for key in self.recent)
+        changing = self.describe_churn() if self.describe_churn is not None else ""
+        _log.log(
+            level,
+            "%s: %s. What changes from call to call: %s. Recent keys: %s. A value that "
+            "changes every call can be passed as a tensor (graphed keys a tensor by its "
+            "shape, not its values); see docs/troubleshooting.md",
+            self.name,
+            message,
+            changing or "not named (the calls were made before this runner recorded them)",
+            keys,
+        )
+
 
 _warned_unavailable = False
 
 
-def graphs_unavailable(reason: str) -> bool:
-    """Whether a runner's disabled_reason says graphs are unavailable to it (no backend, or a
-    device the backend cannot serve); the first such runner of the process logs why."""
+def graphs_unavailable(stats: dict) -> bool:
+    """Whether a runner's stats() say graphs are unavailable to it (disabled_cause "unavailable":
+    no backend, or a device the backend cannot serve); the first such runner of the process logs
+    why."""
     global _warned_unavailable
-    if not reason.startswith("graphs unavailable"):
+    if stats["disabled_cause"] != "unavailable":
         return False
     if not _warned_unavailable:
         _warned_unavailable = True
-        _log.warning("calls run eager: %s", reason)
+        _log.warning("calls run eager: %s", stats["disabled_reason"])
     return True
 
 
-def define_observer(log: RunnerLog) -> str:
-    """Registers graphed_observers::<n> for `log` (held weakly: the operator outlives it) and
-    returns the operator's qualified name, for torch.ops.graphed.create's observer_op."""
-    target = weakref.ref(log)
-
-    def observe(*arguments) -> None:
-        runner_log = target()
-        if runner_log is not None:
-            runner_log.event(*arguments)
-
-    with _lock:
-        name = f"log{next(_numbers)}"
-        # The fields, in the order the shim packs them, are named there once.
-        _observers_library.define(name + torch.ops.graphed.observer_schema())
-        _observers_library.impl(name, observe, "CompositeExplicitAutograd")
-    return f"graphed_observers::{name}"
-
-
-def observer_for(name: str) -> tuple[RunnerLog, str]:
-    """A RunnerLog for the runner called `name` and the operator that feeds it."""
-    log = RunnerLog(name)
-    return log, define_observer(log)
-
-
-__all__ = ["RunnerLog", "define_observer", "graphs_unavailable", "observer_for", "said_once"]
+__all__ = ["RunnerLog", "graphs_unavailable"]

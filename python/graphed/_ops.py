@@ -3,18 +3,17 @@
 Two front doors make runners: GraphedForward (graphed._forward) for model code, graphed.Runner
 (graphed._runner) for code with its own forward operator. Both create theirs here (`create`,
 by the keywords of torch.ops.graphed.create's schema, shim/gf_shim_ops.cpp; `make_runner` for a
-GraphedForward, with its forward operator), report through `RunnerReports` (stats, entries), and
-register them by id, so that three readers find what they need without importing either front
-door: the fake forward (graphed._fake) runs what a traced call of the runner runs, a group's
-teardown (graphed._groups) releases the runners made with that group, and `runner_stats` adds
-the calls GraphedForward answered without the native core (a runner disabled for good runs its
-forward in Python) to the core's own `eager_calls`.
+GraphedForward, whose forward and log are direct hooks of its runner), report through
+`RunnerReports` (stats, entries), and register them by id, so that three readers find what they
+need without importing either front door: the fake forward (graphed._fake) runs what a traced
+call of the runner runs, a group's teardown (graphed._groups) releases the runners made with that
+group, and `runner_stats` adds the calls GraphedForward answered without the native core (a
+runner disabled for good runs its forward in Python) to the core's own `eager_calls`.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import threading
 import weakref
 from collections.abc import Callable
@@ -23,12 +22,12 @@ from typing import Any
 import torch
 
 from . import _observe
+from ._native import _graphed_fastcall as _fastcall
 
 __all__ = [
     "Registration",
     "RunnerReports",
     "create",
-    "define_op",
     "destroy",
     "make_runner",
     "operator",
@@ -38,22 +37,6 @@ __all__ = [
     "runner_stats",
     "traced_forward",
 ]
-
-# The per-instance forward operators GraphedForward registers (graphed_models::op<n>).
-_models_library = torch.library.Library("graphed_models", "FRAGMENT")
-_op_numbers = itertools.count()
-_op_lock = threading.Lock()
-
-
-def define_op(schema_tail: str, implementation: Callable) -> str:
-    """Registers graphed_models::<name>(...) for every backend (and its fake) and returns its
-    qualified name."""
-    with _op_lock:
-        name = f"op{next(_op_numbers)}"
-        _models_library.define(name + schema_tail)
-        _models_library.impl(name, implementation, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"graphed_models::{name}", implementation, lib=_models_library)
-    return f"graphed_models::{name}"
 
 
 def operator(qualified_name: str) -> Any:
@@ -101,10 +84,11 @@ def create(
 
 class Registration:
     """One runner made by a front door: the object that made it (weakly: the registry keeps
-    nothing alive), the forward a traced call runs (graphed._fake), and the calls the owner
-    answered without the native core, which stats() counts as eager calls."""
+    nothing alive), the forward a traced call runs (graphed._fake), and the calls the owner ran
+    eagerly itself, by reason (graphed._eager): stats() adds those the core did not count to its
+    eager calls and lists them all as eager_by_reason."""
 
-    __slots__ = ("_answered", "_owner", "forward", "log", "runner_id")
+    __slots__ = ("_answered", "_by_reason", "_owner", "forward", "log", "runner_id")
 
     def __init__(self, runner_id: int, owner: Any, forward: Callable[[list], list]) -> None:
         self.runner_id = runner_id
@@ -112,14 +96,23 @@ class Registration:
         self.forward = forward
         self.log: _observe.RunnerLog | None = None  # its observer's log (a GraphedForward's)
         self._answered = 0
+        self._by_reason: dict[str, int] = {}
 
     @property
     def owner(self) -> Any:
         return self._owner()
 
-    def count_eager_call(self) -> None:
+    def count_eager_call(self, reason: str, uncounted_by_core: bool = True) -> None:
+        """One call the owner ran eagerly for `reason`; `uncounted_by_core`: the core's
+        eager_calls does not count it already."""
         with _lock:
-            self._answered += 1
+            self._by_reason[reason] = self._by_reason.get(reason, 0) + 1
+            if uncounted_by_core:
+                self._answered += 1
+
+    def eager_by_reason(self) -> dict[str, int]:
+        with _lock:
+            return dict(self._by_reason)
 
 
 _lock = threading.Lock()
@@ -152,29 +145,37 @@ def make_runner(
     owner: Any,
     run: Callable[[Any, list], list],
     on_disabled: Callable[[Any], bool],
+    call_state: Any,
     **options: Any,
 ) -> Registration:
-    """Creates and registers the runner of `owner` (a GraphedForward): its forward operator
-    (graphed_models::op<n>) runs `run(owner, inputs)`, and its observer (graphed._observe) logs
-    what it says and calls `on_disabled(owner)` when it is disabled (True: it said so itself).
-    Both hold the owner weakly (they outlive it); the runner is destroyed with the owner.
+    """Creates and registers the runner of `owner` (a GraphedForward): its host calls
+    `run(owner, inputs)` for every forward the core runs, and tells its log (graphed._observe) of
+    what it says, which calls `on_disabled(owner)` when it is disabled (True: it said so itself),
+    both as direct hooks of the runner (Note [The direct forward], pyext/gf_model_hooks.cpp)
+    that go with it: no operator is registered. What a run reports besides its outputs is read
+    from `call_state`. Both hold the owner weakly; the runner is destroyed with the owner.
     `options` are create's, forward_op and observer_op aside."""
     owner_ref = weakref.ref(owner)
 
     def forward(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         target = owner_ref()
         if target is None:
-            raise RuntimeError("graphed: the GraphedForward of this operator is gone")
+            raise RuntimeError("graphed: the GraphedForward of this runner is gone")
         return run(target, inputs)
 
     def disabled() -> bool:
         target = owner_ref()
         return target is not None and on_disabled(target)
 
-    log, observer_op = _observe.observer_for(options["name"])
+    log = _observe.RunnerLog(options["name"])
     log.on_disabled = disabled
-    forward_op = define_op("(Tensor[] inputs) -> Tensor[]", forward)
-    runner_id = create(forward_op=forward_op, observer_op=observer_op, **options)
+    # An empty forward_op: the forward is attached below, before anyone has the runner's id.
+    runner_id = create(forward_op="", **options)
+    try:
+        _fastcall.attach(runner_id, call_state, forward, log.event)
+    except BaseException:
+        torch.ops.graphed.destroy(runner_id)
+        raise
     registration = register(runner_id, owner, forward)
     registration.log = log
     weakref.finalize(owner, destroy, runner_id)
@@ -200,14 +201,17 @@ def _names_from(op_name: str) -> tuple[str, ...]:
 
 def runner_stats(runner_id: int) -> dict[str, Any]:
     """stats() of any runner id (GraphedForward and graphed.Runner share it)."""
-    counters, backend, reason = torch.ops.graphed.stats(runner_id)
+    counters, backend, reason, cause = torch.ops.graphed.stats(runner_id)
     stats: dict[str, Any] = dict(zip(_names_from("stat_names"), counters, strict=True))
     registration = _registered.get(runner_id)
     if registration is not None:
         stats["eager_calls"] += registration._answered
+        stats["eager_by_reason"] = registration.eager_by_reason()
     stats["enabled"] = bool(stats["enabled"])
     stats["backend"] = backend
     stats["disabled_reason"] = reason or None
+    # Why, for programs (ops/gf_disable_cause.h names them): None while enabled.
+    stats["disabled_cause"] = None if cause == "none" else cause
     return stats
 
 

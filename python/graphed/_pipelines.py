@@ -14,13 +14,13 @@ calls of the module (probe, warm-up, capture, eager) to the module's ordinary ca
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
 from ._forward import GraphedForward
+from ._reentry import ReentryDepth
 
 __all__ = ["graph_pipeline", "ungraph_pipeline"]
 
@@ -34,16 +34,13 @@ class _GraphedCall:
         self.runner = runner
         self.previous = previous
         self._inner = previous if previous is not None else module._call_impl
-        self._inside = threading.local()
+        self._inside = ReentryDepth()  # the GraphedForward's runs on this thread
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if getattr(self._inside, "active", False):
+        if self._inside.level:
             return self._inner(*args, **kwargs)
-        self._inside.active = True
-        try:
+        with self._inside:
             return self.runner(*args, **kwargs)
-        finally:
-            self._inside.active = False
 
 
 def _device_of(module: torch.nn.Module) -> torch.device:

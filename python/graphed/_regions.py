@@ -35,23 +35,24 @@ arguments every rank passes alike).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
-import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
+from . import _arguments
 from ._memory import MemoryPool
-from ._observe import said_once
+from ._reentry import ReentryDepth
 from ._tree import flatten_kwargs, flatten_output
 
 __all__ = [
     "Region",
     "Regions",
     "candidates",
-    "options_of",
     "split_into_regions",
     "splits_into_regions",
 ]
@@ -60,8 +61,8 @@ _log = logging.getLogger("graphed")
 
 # What a region is, as regions() says it.
 PENDING, GRAPHED, EAGER, SPLIT = "pending", "graphed", "eager", "split"
-# The disabled_reason of a runner whose forward cannot be captured whole (ops/gf_capture.c).
-_CAPTURE_FAILED = "capture failed"
+# The disabled_cause of a runner whose forward cannot be captured whole (ops/gf_disable_cause.h).
+_CANNOT_BE_CAPTURED = "capture_failed"
 
 
 def _is_container(module: torch.nn.Module) -> bool:
@@ -119,6 +120,9 @@ class Region:
         self._had_override = "forward" in vars(module)
         self.original = module.forward
         self.__wrapped__ = self.original
+        # The kwargs a positional call binds to, as the region's GraphedForward binds them.
+        names, limit = _arguments.positional_names(module)
+        self._bind = functools.partial(_arguments.bind_positional, tree.name, names, limit)
 
     def install(self) -> None:
         vars(self.module)["forward"] = self
@@ -136,7 +140,7 @@ class Region:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tree = self.tree
-        if not (tree.permanent or getattr(tree.here, "depth", 0)):
+        if not (tree.permanent or tree.here.level):
             return self.original(*args, **kwargs)  # called from outside the parent's call
         state = self.state
         if state is GRAPHED:
@@ -172,7 +176,7 @@ class Region:
         reason = self._make_runner()
         if reason is None:
             try:
-                flatten_kwargs(self.runner._bind_positional(args, kwargs))
+                flatten_kwargs(self._bind(args, kwargs) if args else kwargs)
             except TypeError as error:
                 reason = f"its arguments cannot be keyed: {error}"
         result = self.original(*args, **kwargs)
@@ -191,11 +195,9 @@ class Region:
     def _make_runner(self) -> str | None:
         """The region's GraphedForward, made with the tree's options; the refusal otherwise."""
         try:
-            runner = self.tree.make_runner(self.module, self.path)
+            self.runner = self.tree.make_runner(self.module, self.path, self._entered_forward)
         except (TypeError, ValueError) as error:
             return f"graphed cannot wrap it: {error}"
-        runner._forward_call = self._entered_forward
-        self.runner = runner
         return None
 
     def _refuse(self, reason: str) -> None:
@@ -206,7 +208,7 @@ class Region:
         _log.info("region '%s' of runner '%s' runs eagerly: %s", self.path, self.tree.name, reason)
 
     def _inner_regions(self) -> list[Regions]:
-        split = getattr(self.runner, "_regions", None) if self.runner is not None else None
+        split = self.runner.region_tree if self.runner is not None else None
         return [regions for regions in (self.inner, split) if regions is not None]
 
     def describe(self) -> dict[str, Any]:
@@ -214,7 +216,7 @@ class Region:
         state, reason = self.state, self.reason
         stats = self.runner.stats() if self.runner is not None else None
         if state is GRAPHED and not stats["enabled"]:
-            split = getattr(self.runner, "_regions", None) is not None
+            split = self.runner.region_tree is not None
             state, reason = (SPLIT if split else EAGER), stats["disabled_reason"]
         elif state is EAGER and self.inner is not None and self.inner.regions:
             state = SPLIT
@@ -222,15 +224,16 @@ class Region:
 
 
 class Regions:
-    """The regions of one module (see the module docstring). `make_runner(module, path)` makes a
-    region's GraphedForward; `permanent` (the explicit form, graphed.graph_regions) routes every
+    """The regions of one module (see the module docstring). `make_runner(module, path, forward)`
+    makes a region's GraphedForward of `module` that runs `forward` (the one the region
+    replaced); `permanent` (the explicit form, graphed.graph_regions) routes every
     call of a region through it, else only those made while `run` is in flight on the thread;
     `says` logs one INFO line with the counts once the regions are known."""
 
     def __init__(
         self,
         module: torch.nn.Module,
-        make_runner: Callable[[torch.nn.Module, str], Any],
+        make_runner: Callable[[torch.nn.Module, str, Callable[..., Any]], Any],
         *,
         name: str,
         group: Any = None,
@@ -244,7 +247,7 @@ class Regions:
         self.group = group
         self.device = device
         self.permanent = permanent
-        self.here = threading.local()
+        self.here = ReentryDepth()  # open runs of this tree on the thread
         # The states after the latest top-level run, until the regions are known (said once).
         self._last_states: list[str] | None = None
         self._known = says is False
@@ -256,13 +259,12 @@ class Regions:
     def run(self, forward: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """forward(*args, **kwargs) with this tree's regions serving the calls it makes."""
         here = self.here
-        depth = getattr(here, "depth", 0)
-        here.depth = depth + 1
+        outermost = here.level == 0
         try:
-            return forward(*args, **kwargs)
+            with here:
+                return forward(*args, **kwargs)
         finally:
-            here.depth = depth
-            if depth == 0 and not self._known:
+            if outermost and not self._known:
                 self._say_when_known()
 
     def inner(self, module: torch.nn.Module, path: str) -> Regions | None:
@@ -271,8 +273,8 @@ class Regions:
         if not found:
             return None
 
-        def make_runner(child: torch.nn.Module, child_path: str) -> Any:
-            return self.make_runner(child, f"{path}.{child_path}")
+        def make_runner(child: torch.nn.Module, child_path: str, forward: Callable) -> Any:
+            return self.make_runner(child, f"{path}.{child_path}", forward)
 
         return Regions(
             module,
@@ -342,53 +344,33 @@ class Regions:
         )
 
 
-def options_of(
-    runner: Any,
-    max_entries: int,
-    warmup_iters: int,
-    backend: str | None,
-    verification: Any,
-    churn_limit: int,
-) -> dict[str, Any]:
-    """The GraphedForward options a region of `runner` is made with: the runner's own."""
-    return {
-        "device": runner.device,
-        "max_entries": max_entries,
-        "warmup_iters": warmup_iters,
-        "group": runner.group,
-        "capture_context": runner._capture_context,
-        "backend": backend,
-        "cpu_inputs": "to_device" if runner._inputs_to_device else "refuse",
-        "verify": 0 if verification is None else verification.calls,
-        "verify_tolerance": None if verification is None else verification.tolerance,
-        "verify_every": 0 if verification is None else verification.every,
-        "churn_limit": churn_limit,
-    }
-
-
-def splits_into_regions(reason: str | None) -> bool:
-    """Whether a runner disabled for `reason` runs its forward in regions (a capture failed)."""
-    return reason is not None and reason.startswith(_CAPTURE_FAILED)
+def splits_into_regions(runner: Any) -> bool:
+    """Whether a disabled GraphedForward runs its forward in regions: its capture failed
+    (stats()["disabled_cause"]), and its module has a submodule worth a region."""
+    module = runner.module
+    return (
+        runner.stats()["disabled_cause"] == _CANNOT_BE_CAPTURED
+        and isinstance(module, torch.nn.Module)
+        and bool(candidates(module))
+    )
 
 
 def split_into_regions(runner: Any) -> Regions | None:
-    """The regions of a GraphedForward whose forward cannot be captured whole, made with its
-    options (`runner._region_options`), or None when its module has no submodule worth one; the
-    one warning that says so. Region runners are of the runner's own class, share its memory pool
-    (or one made for the tree), and split the same way."""
+    """The regions of a GraphedForward whose forward cannot be captured whole
+    (splits_into_regions), made with copies of its options (`runner.options`), or None when it
+    does not split; the one warning that says so. Region runners are of the runner's own class,
+    share its memory pool (or one made for the tree), and split the same way."""
+    if not splits_into_regions(runner):
+        return None
     module = runner.module
-    reason = runner.stats()["disabled_reason"]
-    if not isinstance(module, torch.nn.Module) or not splits_into_regions(reason):
-        return None
     found = candidates(module)
-    if not found:
-        return None
-    options = dict(runner._region_options)
+    reason = runner.stats()["disabled_reason"]
     pool = runner.memory_pool if runner.memory_pool is not None else MemoryPool(runner.device)
-    runner_class, parent_name = type(runner), runner.name
+    options, runner_class = runner.options, type(runner)
 
-    def make_runner(child: torch.nn.Module, path: str) -> Any:
-        return runner_class(child, name=f"{parent_name}/{path}", memory_pool=pool, **options)
+    def make_runner(child: torch.nn.Module, path: str, forward: Callable) -> Any:
+        copied = dataclasses.replace(options, name=f"{options.name}/{path}", memory_pool=pool)
+        return runner_class.from_options(child, copied, forward)
 
     regions = Regions(
         module, make_runner, name=runner.name, group=runner.group, device=runner.device, found=found
@@ -398,6 +380,6 @@ def split_into_regions(runner: Any) -> Regions | None:
         "runner '%s': the forward cannot be captured whole (%s); it now runs in regions: its "
         "submodules are graphed one by one and the rest runs eagerly; see .regions()",
         runner.name,
-        said_once(reason),
+        reason,
     )
     return regions

@@ -29,6 +29,8 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils import _pytree as pytree
 
+from ._eager import VERIFY, run_eagerly
+
 VERIFY_ENV = "GRAPHED_VERIFY"
 VERIFY_EVERY_ENV = "GRAPHED_VERIFY_EVERY"
 
@@ -126,7 +128,7 @@ class Verifier:
         graphed's options taken out); a difference disables the runner and returns eager's
         result."""
         result, served = sampled
-        expected = runner._eager(kwargs)
+        expected = run_eagerly(runner, kwargs, VERIFY)
         verification = self.verification
         difference = verification.difference(result, expected)
         if difference is None:
@@ -138,5 +140,5 @@ class Verifier:
         )
         reason = f"verify: {which} differed from eager {difference}"
         # Said once: the disable's own report (graphed._observe) names the reason.
-        runner.disable(reason)
+        runner.disable(reason, "verify")
         return expected

@@ -689,7 +689,7 @@ static void gf_fake_release_all(gf_fake_host *host, gf_tensor *tensors, size_t c
 
 static gf_status gf_fake_run_forward(void *context, gf_forward_phase phase, const gf_tensor *inputs,
                                      size_t count, gf_pool *outputs, unsigned char *mutated,
-                                     gf_error *err) {
+                                     gf_forward_report *report, gf_error *err) {
   gf_fake_host *host = context;
   int capturing = host->backend != NULL && host->backend->capturing;
   host->forward_calls++;
@@ -702,8 +702,10 @@ static gf_status gf_fake_run_forward(void *context, gf_forward_phase phase, cons
   gf_fake_log_push(host->log, "forward");
   if (host->fail_forward || (capturing && host->fail_forward_while_capturing) ||
       host->forward_calls == host->fail_forward_number) {
-    return gf_error_set(err, host->forward_error_is_own ? GF_ERR_FORWARD : GF_ERR_BACKEND,
-                        "fake forward failed%s", capturing ? " during capture" : "");
+    /* The fact in the report, a plain failure as the status: the core tells them apart. */
+    report->error = host->forward_error_is_own ? GF_FORWARD_ERROR_OWN : GF_FORWARD_ERROR_NONE;
+    return gf_error_set(err, GF_ERR_BACKEND, "fake forward failed%s",
+                        capturing ? " during capture" : "");
   }
   int64_t scalar_sizes[1] = {1};
   gf_tensor like = count > 0 ? inputs[0] : gf_fake_view(NULL, 0, scalar_sizes);

@@ -151,7 +151,7 @@ typedef struct gf_fake_host {
   int fail_forward; /* every forward fails */
   int fail_forward_while_capturing;
   uint64_t fail_forward_number; /* 0, or the forward (counted from 1) that fails */
-  int forward_error_is_own;     /* the failing forward reports GF_ERR_FORWARD, not a failure */
+  int forward_error_is_own;     /* the failing forward's report says its error is its own */
   int no_group;                 /* the host table has no agree hook (no process group) */
   int agree_forced;             /* 0: agree returns ok; else agree returns agree_value */
   int agree_value;

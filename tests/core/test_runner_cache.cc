@@ -176,7 +176,7 @@ TEST_F(Runner, DisableRunsEagerAndTheFirstReasonSticks) {
   Inputs inputs = MakeInputs(2, {3}, 1.0f);
   CallExpectingCorrect(inputs);
   ReleaseResults();
-  gf_runner_disable(runner_, "user asked: debugging");
+  gf_runner_disable(runner_, GF_CAUSE_USER, "user asked: debugging");
   EXPECT_EQ(Reason(), "user asked: debugging");
   gf_runner_stats stats = Stats();
   EXPECT_EQ(stats.enabled, 0);
@@ -188,13 +188,13 @@ TEST_F(Runner, DisableRunsEagerAndTheFirstReasonSticks) {
   CallExpectingCorrect(inputs);
   ExpectEagerOnly(Log());
   EXPECT_EQ(Stats().eager_calls, 1u);
-  gf_runner_disable(runner_, "a later reason");
+  gf_runner_disable(runner_, GF_CAUSE_USER, "a later reason");
   EXPECT_EQ(Reason(), "user asked: debugging");
 }
 
 TEST_F(Runner, DisableWithoutReasonStillSaysDisabled) {
   Create();
-  gf_runner_disable(runner_, nullptr);
+  gf_runner_disable(runner_, GF_CAUSE_USER, nullptr);
   EXPECT_EQ(Reason(), "disabled");
   EXPECT_EQ(Stats().enabled, 0);
 }
@@ -324,7 +324,7 @@ TEST_F(EntryUser, ResetAndDisableReleaseEveryEntrysData) {
   gf_runner_reset(runner_);
   EXPECT_EQ(released_user_data.size(), 2u);
   *CallServed(inputs, "c") = &c_;
-  gf_runner_disable(runner_, "asked");
+  gf_runner_disable(runner_, GF_CAUSE_USER, "asked");
   EXPECT_EQ(released_user_data.size(), 3u);
   EXPECT_EQ(released_user_data.back(), &c_);
   DestroyRunner();

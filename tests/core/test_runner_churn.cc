@@ -99,17 +99,21 @@ TEST_F(Churn, ADecodeLoopIsNeverGuarded) {
 }
 
 TEST_F(Churn, AHeldBackKeyComesBackToACallerThatRunsItEagerly) {
+  host_.observe = 1;
   CreateGuarded(1);
   gf_call_options by_caller = kDefault;
   by_caller.eager_by_caller = 1;
   CallRows(1);
-  // The call that starts the guard runs here, so that the host is told after it has seen it.
-  CallExpectingCorrect(MakeInputs(1, {2}, 2.0f), by_caller);
+  // The call that starts the guard comes back too, after the host was told of the guard.
+  Inputs second = MakeInputs(1, {2}, 2.0f);
+  Result starting = Call(second.views, by_caller);
+  EXPECT_EQ(starting.status, GF_RUN_EAGER) << starting.message;
+  EXPECT_EQ(host_.events[GF_EVENT_CHURN], 1u) << "told before the caller runs it";
   Inputs third = MakeInputs(1, {3}, 3.0f);
   Result held = Call(third.views, by_caller);
   EXPECT_EQ(held.status, GF_RUN_EAGER) << held.message;
   EXPECT_TRUE(held.values.empty()) << "nothing ran: the caller runs the forward";
-  EXPECT_EQ(host_.phase_calls[GF_PHASE_EAGER], 1u) << "only the call that started the guard";
+  EXPECT_EQ(host_.phase_calls[GF_PHASE_EAGER], 0u) << "the core ran neither call";
   const gf_runner_stats stats = Stats();
   EXPECT_EQ(stats.eager_calls, 2u) << "the held-back call counts as eager";
   EXPECT_EQ(stats.churn_eager_calls, 2u);
@@ -129,6 +133,25 @@ TEST_F(Churn, HitsInARowEndTheGuard) {
   EXPECT_EQ(Stats().churn_guarding, 0);
   CallRows(3);
   EXPECT_EQ(Stats().captures, 2u) << "a new key captures at first sight again";
+}
+
+TEST_F(Churn, GraphsDroppedForAChangeKeepTheGuard) {
+  CreateGuarded(1);
+  CallRows(1);
+  CallRows(2); // the guard starts: eager
+  ASSERT_EQ(Stats().churn_guarding, 1);
+  gf_runner_drop_graphs(runner_);
+  EXPECT_EQ(Stats().graphs, 0u);
+  EXPECT_EQ(Stats().churn_guarding, 1) << "a change of what the graphs read is no new traffic";
+}
+
+TEST_F(Churn, AKeyCapturedAgainAfterADropIsNoValueStorm) {
+  CreateGuarded(2);
+  CallRows(1);
+  gf_runner_drop_graphs(runner_);
+  CallRows(1); // the same key, captured again: its tensors match the last new key's
+  EXPECT_EQ(Stats().captures, 2u);
+  EXPECT_EQ(Stats().churn_guarding, 0);
 }
 
 TEST_F(Churn, AResetEndsTheGuard) {

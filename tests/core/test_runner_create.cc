@@ -173,7 +173,7 @@ TEST_F(RunnerCreate, AnAllocationFailureInAReplayIsNamedAsSuch) {
   runner_test::Result failed = Call(inputs.views);
   out_of_memory = false;
   EXPECT_EQ(failed.status, GF_OK) << "the call still returns the eager result";
-  EXPECT_EQ(Reason(), "out of host memory for a replay: graphed: no memory left for an output");
+  EXPECT_EQ(Reason(), "out of host memory for a replay: no memory left for an output");
 }
 
 // ---- refused configurations --------------------------------------------------------------

@@ -54,8 +54,8 @@ TEST_F(RunnerEvents, EvictionsAreToldButResetsAndDestroyAreNot) {
 
 TEST_F(RunnerEvents, ADisableIsToldOnceWithItsReason) {
   Create();
-  gf_runner_disable(runner_, "the operator said so");
-  gf_runner_disable(runner_, "again");
+  gf_runner_disable(runner_, GF_CAUSE_USER, "the operator said so");
+  gf_runner_disable(runner_, GF_CAUSE_USER, "again");
   ASSERT_EQ(host_.events[GF_EVENT_DISABLED], 1u);
   EXPECT_EQ(std::string(host_.last_event[GF_EVENT_DISABLED].message), "the operator said so");
 }

@@ -114,7 +114,7 @@ TEST_F(RunnerMutation, ForwardsAreToldTheirPhase) {
   EXPECT_EQ(host_.phase_calls[GF_PHASE_WARMUP], 1u); // warmup_iters = 2: the probe and one more
   EXPECT_EQ(host_.phase_calls[GF_PHASE_CAPTURE], 1u);
   EXPECT_EQ(host_.phase_calls[GF_PHASE_EAGER], 0u);
-  gf_runner_disable(runner_, "test");
+  gf_runner_disable(runner_, GF_CAUSE_USER, "test");
   CallAndExpectOneWrite(2.0f);
   EXPECT_EQ(host_.phase_calls[GF_PHASE_EAGER], 1u);
 }

@@ -99,10 +99,9 @@ protected:
     return forward_op.call(runner, key, inputs, {}, false, false);
   }
 
-  static std::tuple<std::vector<int64_t>, std::string, std::string> stats(int64_t runner) {
-    static auto stats_op =
-        op("graphed::stats")
-            .typed<std::tuple<std::vector<int64_t>, std::string, std::string>(int64_t)>();
+  using Stats = std::tuple<std::vector<int64_t>, std::string, std::string, std::string>;
+  static Stats stats(int64_t runner) {
+    static auto stats_op = op("graphed::stats").typed<Stats(int64_t)>();
     return stats_op.call(runner);
   }
 
@@ -137,10 +136,11 @@ TEST_F(ForwardOpTest, CpuRunnerRunsEagerWithReason) {
   ASSERT_EQ(out.size(), 2u);
   EXPECT_TRUE(at::allclose(out[0], a * 2 + b));
   EXPECT_TRUE(at::allclose(out[1], a.sum()));
-  auto [counters, backend, reason] = stats(runner);
+  auto [counters, backend, reason, cause] = stats(runner);
   EXPECT_EQ(counters[kEnabled], 0);
   EXPECT_EQ(counters[kEagerCalls], 1);
   EXPECT_FALSE(reason.empty());
+  EXPECT_EQ(cause, "unavailable") << reason;
   destroy(runner);
 }
 
@@ -157,13 +157,14 @@ TEST_F(ForwardOpTest, EmulatedBackendCapturesOnceAndReplaysPerKey) {
   EXPECT_EQ(forward_calls.load() - before, 2);
   forward(runner, "other key", {a, b});
   forward(runner, "k", {at::randn({5, 2}), at::randn({5, 2})});
-  auto [counters, backend, reason] = stats(runner);
+  auto [counters, backend, reason, cause] = stats(runner);
   EXPECT_EQ(backend, "emulated");
   EXPECT_EQ(counters[kCaptures], 3);
   EXPECT_EQ(counters[kReplays], 4);
   EXPECT_EQ(counters[kGraphs], 3);
   EXPECT_GT(counters[kPoolBytes], 0);
   EXPECT_EQ(counters[kEnabled], 1);
+  EXPECT_EQ(cause, "none");
   destroy(runner);
 }
 
@@ -172,9 +173,11 @@ TEST_F(ForwardOpTest, FailingForwardSurfacesAsError) {
   at::Tensor a = at::randn({2});
   // The capture fails, the runner is disabled, and the eager retry fails the same way.
   EXPECT_THROW(forward(runner, "k", {a, a}), c10::Error);
-  auto [counters, backend, reason] = stats(runner);
+  auto [counters, backend, reason, cause] = stats(runner);
   EXPECT_EQ(counters[kEnabled], 0);
   EXPECT_NE(reason.find("deliberate failure"), std::string::npos) << reason;
+  EXPECT_EQ(cause, "capture_failed");
+  EXPECT_EQ(reason.find("graphed: "), std::string::npos) << "said once, by whoever prints it";
   destroy(runner);
 }
 
@@ -225,7 +228,7 @@ TEST_F(ForwardOpTest, CudaReplayMatchesEagerOnFreshInputs) {
     EXPECT_TRUE(at::allclose(out[0], a * 2 + b)) << "call " << call;
     EXPECT_TRUE(at::allclose(out[1], a.sum(), 1e-4, 1e-4)) << "call " << call;
   }
-  auto [counters, backend, reason] = stats(runner);
+  auto [counters, backend, reason, cause] = stats(runner);
   EXPECT_EQ(backend, "cuda");
   EXPECT_EQ(counters[kEnabled], 1) << reason;
   EXPECT_EQ(counters[kCaptures], 1);
@@ -250,7 +253,7 @@ TEST_F(ForwardOpTest, CudaProbeCountsACppSyncLetsTheForwardFinishAndRestoresWhat
   std::vector<at::Tensor> out = forward(runner, "k", {a});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(at::allclose(out[0], a / (1.0 + a.abs().max().item<double>())));
-  auto [counters, backend, reason] = stats(runner);
+  auto [counters, backend, reason, cause] = stats(runner);
   EXPECT_EQ(counters[kEnabled], 0);
   EXPECT_NE(reason.find("called a synchronizing CUDA operation"), std::string::npos) << reason;
   // The probe ran the forward to its end (then the eager run after the disable ran it again).

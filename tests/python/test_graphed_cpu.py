@@ -294,7 +294,7 @@ def test_forward_operator_callable_directly(raw_runner):
     assert isinstance(outputs, list) and len(outputs) == 1
     torch.testing.assert_close(outputs[0], t * 2 + 1, rtol=0, atol=0)
     assert _fwd_calls == [1]
-    counters, backend, reason = torch.ops.graphed.stats(raw_runner)
+    counters, backend, reason, cause = torch.ops.graphed.stats(raw_runner)
     assert backend == graphed.backend()[0]
     assert reason.startswith("graphs unavailable")
     eager_calls = counters[5]
@@ -546,8 +546,8 @@ def test_a_disabled_runners_forward_that_raises_value_error_runs_once():
 
 def test_a_disabled_runner_refuses_and_counts_as_the_core_did(emulated_backend):
     """The Python answer of a runner disabled for good keeps what the core's eager path did: the
-    walker's refusals by kwarg path, no count for a call without tensors or one from inside the
-    runner's own forward, and kwargs the C walker does not take through the dispatcher."""
+    walker's refusals by kwarg path, one count per call answered eagerly (by its reason in
+    eager_by_reason), and kwargs the C walker does not take through the dispatcher."""
     runs = []
 
     def forward(*, x, again=False, pair=None):
@@ -556,17 +556,22 @@ def test_a_disabled_runner_refuses_and_counts_as_the_core_did(emulated_backend):
 
     gf = GraphedForward(forward, device="cpu", backend=emulated_backend)
     gf.disable("disabled by the test")
-    out = gf(x=torch.ones(2), again=True)  # the inner call runs eager and is not counted
+    out = gf(x=torch.ones(2), again=True)  # the inner call runs eager, counted by its reason
     torch.testing.assert_close(out["y"], torch.full((2,), 2.0))
-    assert (out["n"], gf.stats()["eager_calls"]) == (2, 1)
+    by_reason = gf.stats()["eager_by_reason"]
+    assert (out["n"], gf.stats()["eager_calls"]) == (2, 2)
+    assert by_reason == {"disabled": 1, "reentered": 1}, by_reason
     with pytest.raises(TypeError, match=r"kwargs\['x'\] is a meta tensor"):
         gf(x=torch.empty(2, device="meta"))
     with pytest.raises(ValueError, match=r"kwargs\['x'\] has 13 dimensions"):
         gf(x=torch.zeros([1] * 13))
-    assert gf(x=3.0)["y"] == 4.0  # no tensor: not counted
+    assert gf(x=3.0)["y"] == 4.0  # no tensor: counted by its reason
     assert gf(x=torch.ones(2), pair=Pair(torch.ones(2), "p"))["n"] == 4  # the Python path
     stats = gf.stats()
-    assert (stats["eager_calls"], stats["captures"], len(runs)) == (2, 0, 4)
+    # Every call answered eagerly counts once, whichever route ran it: the core's (the Python
+    # path through the dispatcher) too.
+    assert (stats["eager_calls"], stats["captures"], len(runs)) == (4, 0, 4)
+    assert stats["eager_by_reason"] == {"disabled": 1, "reentered": 1, "no_tensors": 1}
 
 
 def test_a_runner_without_graphs_keeps_its_type_and_checks_in_its_eager_run(emulated_backend):

@@ -126,6 +126,7 @@ def state():
         torch.cuda.graphs.is_current_stream_capturing,
         warnings.showwarning,
         list(warnings.filters),
+        torch.utils.swap_tensors,
     ]
 
 before = state()
@@ -153,6 +154,23 @@ def test_importing_graphed_or_making_a_runner_changes_no_global_state():
         "gf = graphed.GraphedForward(lambda *, x: x + 1, device='cpu')\n"
         "assert bool((gf(x=torch.ones(2)) == 2).all())\n"
         "assert state() == before, (before, state())\n"
+    )
+
+
+def test_the_first_watched_module_wraps_swap_tensors_and_nothing_else():
+    # A GraphedForward of an nn.Module arms the watch, whose first arming counts swaps
+    # (graphed._baked.count_swaps); the global-state table lists it.
+    _in_fresh_interpreter(
+        "import sys, graphed\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from _backend_choice import load_emulated\n"
+        "gf = graphed.GraphedForward(\n"
+        "    torch.nn.Linear(2, 2), device='cpu', backend=load_emulated()\n"
+        ")\n"
+        "gf(input=torch.ones(1, 2))\n"
+        "after = state()\n"
+        "assert after[-1] is not before[-1] and after[-1].__wrapped__ is before[-1]\n"
+        "assert after[:-1] == before[:-1], (before, after)\n"
     )
 
 

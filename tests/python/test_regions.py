@@ -24,6 +24,7 @@ import pytest
 import torch
 from _backend_choice import capturing_run
 from graphed import GraphedForward, _regions
+from graphed._options import RunnerOptions
 from torch import nn
 
 
@@ -328,7 +329,9 @@ def test_a_vetting_outcome_is_agreed_across_the_group(emulated_backend, monkeypa
     model, group = Model(failing=None), object()
     regions = _regions.Regions(
         model,
-        lambda module, path: GraphedForward(module, device="cpu", backend=emulated_backend),
+        lambda module, path, forward: GraphedForward.from_options(
+            module, RunnerOptions(device=torch.device("cpu"), backend=emulated_backend), forward
+        ),
         name="agreed",
         group=group,
         device=torch.device("cpu"),

@@ -1,0 +1,207 @@
+// A GraphedForward's forward and observer as direct hooks of its runner's host (see
+// gf_model_hooks.h and the Note below).
+//
+// Note [The direct forward]
+// Q: How does the core run a GraphedForward's module for its probe, warm-ups, capture and eager
+//    runs, and how does it learn what such a run did besides its outputs?
+// A: The shim's host calls the callable GraphedForward gave (graphed._forward's _run_module,
+//    bound weakly to its owner) through these hooks, under the interpreter's lock, with the
+//    inputs as a list of tensors. Before, the host called a per-instance operator
+//    (graphed_models::opN) through the dispatcher, which cost a boxed call and a Python kernel
+//    per forward and registered two operators per instance (its observer too) that torch never
+//    frees; now nothing is registered, and both hooks go with the runner. What a run reports
+//    besides its outputs travels in one record, gf_forward_report (ops/gf_host.h): the Python
+//    layer leaves its facts on the CallState while the forward runs (record_error's kind,
+//    record_kept_state), and the hook copies them into the report when the run returns. A fact
+//    added later is a CallState field, a line here and a field of the report: three files.
+//    graphed.Runner and the C++ tests keep an operator host (a forward they registered).
+#include "gf_model_hooks.h"
+
+#include "gf_shim_host.h"
+#include "gf_shim_registry.h"
+#include "gf_torch_errors.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <new>
+#include <string>
+#include <vector>
+
+namespace {
+
+// What the hooks hold: strong references, released with the runner.
+struct ModelHooks {
+  PyObject *forward = nullptr;
+  PyObject *observer = nullptr; // NULL: none
+  gf_call_state *state = nullptr;
+  std::string name; // the runner's, for messages
+};
+
+// The Python error now set, as the host reports a forward's failure; clears it. The exception
+// itself reaches the caller through CallState.error, where the forward recorded it.
+gf_status forward_failure(const ModelHooks &hooks, gf_error *err) {
+  PyObject *type = nullptr;
+  PyObject *value = nullptr;
+  PyObject *traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  PyObject *text = value != nullptr ? PyObject_Str(value) : nullptr;
+  const char *what = text != nullptr ? PyUnicode_AsUTF8(text) : nullptr;
+  if (what == nullptr) {
+    PyErr_Clear();
+    what = "a Python error that cannot be printed";
+  }
+  gf_status status = gf_error_set(err, GF_ERR_BACKEND, "graphed: the forward of '%s' failed: %s",
+                                  hooks.name.c_str(), what);
+  Py_XDECREF(text);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  return status;
+}
+
+// The tensors of the forward's result (a list or tuple of tensors), appended to outputs.
+gf_status tensors_of_result(const ModelHooks &hooks, PyObject *result,
+                            std::vector<at::Tensor> &outputs, gf_error *err) {
+  PyObject *sequence = PySequence_Fast(result, "");
+  if (sequence == nullptr) {
+    PyErr_Clear();
+    return gf_error_set(err, GF_ERR_TYPE,
+                        "graphed: the forward of '%s' must return a list of tensors",
+                        hooks.name.c_str());
+  }
+  const Py_ssize_t count = PySequence_Fast_GET_SIZE(sequence);
+  PyObject **items = PySequence_Fast_ITEMS(sequence);
+  outputs.reserve(static_cast<size_t>(count));
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    if (!THPVariable_Check(items[i])) {
+      Py_DECREF(sequence);
+      return gf_error_set(err, GF_ERR_TYPE,
+                          "graphed: output %zd of the forward of '%s' is no tensor", i,
+                          hooks.name.c_str());
+    }
+    outputs.push_back(THPVariable_Unpack(items[i]));
+  }
+  Py_DECREF(sequence);
+  return GF_OK;
+}
+
+// One run, holding the interpreter's lock.
+gf_status run_forward_holding_gil(const ModelHooks &hooks, const std::vector<at::Tensor> &inputs,
+                                  std::vector<at::Tensor> &outputs, gf_forward_report *report,
+                                  gf_error *err) {
+  gf_call_state *state = hooks.state;
+  // A forward cannot run its own runner's forward again (its call returns REENTERED), but the
+  // facts of an outer run are put back all the same.
+  const int outer_error = state->run_error;
+  const int outer_kept_state = state->run_kept_state;
+  state->run_error = GF_FORWARD_ERROR_NONE;
+  state->run_kept_state = 0;
+  gf_status status = GF_OK;
+  PyObject *list = PyList_New(static_cast<Py_ssize_t>(inputs.size()));
+  for (size_t i = 0; list != nullptr && i < inputs.size(); ++i) {
+    PyObject *tensor = THPVariable_Wrap(inputs[i]);
+    if (tensor == nullptr) {
+      Py_CLEAR(list);
+      break;
+    }
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), tensor);
+  }
+  PyObject *result = list != nullptr ? PyObject_CallOneArg(hooks.forward, list) : nullptr;
+  Py_XDECREF(list);
+  if (result == nullptr) {
+    status = forward_failure(hooks, err);
+    report->error = static_cast<gf_forward_error>(state->run_error);
+  } else {
+    status = tensors_of_result(hooks, result, outputs, err);
+    report->kept_state = status == GF_OK && state->run_kept_state != 0;
+    Py_DECREF(result);
+  }
+  state->run_error = outer_error;
+  state->run_kept_state = outer_kept_state;
+  return status;
+}
+
+gf_status run_model_forward(void *context, const std::vector<at::Tensor> &inputs,
+                            std::vector<at::Tensor> &outputs, gf_forward_report *report,
+                            gf_error *err) noexcept {
+  const auto &hooks = *static_cast<const ModelHooks *>(context);
+  if (!Py_IsInitialized()) {
+    return gf_error_set(err, GF_ERR_BACKEND, "graphed: the interpreter of '%s' is gone",
+                        hooks.name.c_str());
+  }
+  PyGILState_STATE gil = PyGILState_Ensure();
+  gf_status status;
+  try {
+    status = run_forward_holding_gil(hooks, inputs, outputs, report, err);
+  } catch (...) {
+    status = graphed::status_of_current_exception(err, "graphed: running the forward failed");
+  }
+  PyGILState_Release(gil);
+  return status;
+}
+
+// A string for Python from text the core wrote (bytes it cannot decode replaced).
+PyObject *text_of(const char *text) {
+  const char *bytes = text != nullptr ? text : "";
+  return PyUnicode_DecodeUTF8(bytes, static_cast<Py_ssize_t>(std::char_traits<char>::length(bytes)),
+                              "replace");
+}
+
+void observe_model(void *context, const char *kind, const gf_event &event,
+                   const std::string &shapes) noexcept {
+  const auto &hooks = *static_cast<const ModelHooks *>(context);
+  if (hooks.observer == nullptr || !Py_IsInitialized()) {
+    return;
+  }
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *result = PyObject_CallFunction(
+      hooks.observer, "NNdLLLLN", text_of(kind), text_of(event.message), event.seconds,
+      static_cast<long long>(event.device_bytes), static_cast<long long>(event.reserved_bytes),
+      static_cast<long long>(event.static_bytes), static_cast<long long>(event.count),
+      text_of(shapes.c_str()));
+  if (result == nullptr) {
+    PyErr_Clear(); // an observer that fails loses its log line; the call itself goes on
+  }
+  Py_XDECREF(result);
+  PyGILState_Release(gil);
+}
+
+// Frees the hooks with the runner; once the interpreter is gone their objects are left, as torch
+// leaves the Python objects of tensors then.
+void release_model_hooks(void *context) noexcept {
+  auto *hooks = static_cast<ModelHooks *>(context);
+  if (Py_IsInitialized()) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Py_XDECREF(hooks->forward);
+    Py_XDECREF(hooks->observer);
+    Py_XDECREF(reinterpret_cast<PyObject *>(hooks->state));
+    PyGILState_Release(gil);
+  }
+  delete hooks;
+}
+
+} // namespace
+
+extern "C" gf_status gf_model_hooks_attach(int64_t runner_id, gf_call_state *state,
+                                           PyObject *forward, PyObject *observer, gf_error *err) {
+  try {
+    std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
+    auto *hooks = new ModelHooks;
+    hooks->forward = Py_NewRef(forward);
+    hooks->observer = observer != Py_None ? Py_NewRef(observer) : nullptr;
+    hooks->state =
+        reinterpret_cast<gf_call_state *>(Py_NewRef(reinterpret_cast<PyObject *>(state)));
+    hooks->name = slot->name;
+    graphed::DirectHooks direct;
+    direct.context = hooks;
+    direct.forward = run_model_forward;
+    direct.observe = observe_model;
+    direct.release = release_model_hooks;
+    graphed::attach_direct_hooks(*slot, direct); // releases the hooks when it refuses them
+    return GF_OK;
+  } catch (...) {
+    return graphed::status_of_current_exception(err, nullptr);
+  }
+}
