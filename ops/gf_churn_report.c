@@ -12,9 +12,9 @@ enum {
   GF_THRASH_FACTOR = 4
 };
 
-/* Tells the host of churn (a CHURN event with `message`; see gf_host.h). */
-static void gf_runner_tell_churn(const gf_runner *runner, const char *message) {
-  gf_event churn = {.kind = GF_EVENT_CHURN,
+/* Tells the host of churn (a CHURN or THRASH event with `message`; see gf_host.h). */
+static void gf_runner_tell_churn(const gf_runner *runner, gf_event_kind kind, const char *message) {
+  gf_event churn = {.kind = kind,
                     .message = message,
                     .device_bytes = -1,
                     .reserved_bytes = -1,
@@ -31,7 +31,7 @@ void gf_runner_report_churn(gf_runner *runner) {
            "%u new keys in a row, none reused: new keys now run eager until they come a second "
            "time; graphs already captured keep replaying",
            (unsigned)runner->churn.misses_in_a_row);
-  gf_runner_tell_churn(runner, message);
+  gf_runner_tell_churn(runner, GF_EVENT_CHURN, message);
 }
 
 /* Tells the host, once, that captures keep evicting where the churn guard (gf_churn.h) is off:
@@ -50,5 +50,5 @@ void gf_runner_report_thrash(gf_runner *runner) {
            "use",
            (unsigned long long)runner->captures, (unsigned long long)runner->cache.evictions,
            runner->cache.max_entries);
-  gf_runner_tell_churn(runner, message);
+  gf_runner_tell_churn(runner, GF_EVENT_THRASH, message);
 }

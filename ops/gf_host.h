@@ -30,9 +30,13 @@ typedef enum gf_event_kind {
   GF_EVENT_CAPTURED = 0, /* a key was captured: seconds, device_bytes, static_bytes, tensors */
   GF_EVENT_EVICTED = 1,  /* an entry was evicted to make room: static_bytes, tensors */
   GF_EVENT_DISABLED = 2, /* the runner is disabled for good: message */
-  GF_EVENT_CHURN = 3,    /* the churn guard started (gf_churn.h), or, unguarded, captures keep
-                          * evicting (said once): count captures so far, message */
+  GF_EVENT_CHURN = 3,    /* the churn guard started (gf_churn.h), told before the call it started
+                          * on runs: count captures so far, message */
+  GF_EVENT_THRASH = 4,   /* unguarded, captures keep evicting (said once, after the capture that
+                          * showed it): count captures so far, message */
 } gf_event_kind;
+
+enum { GF_EVENT_KINDS = 5 };
 
 typedef struct gf_event {
   gf_event_kind kind;

@@ -223,6 +223,9 @@ void host_notify(void *context, const gf_event *event) {
   case GF_EVENT_CHURN:
     kind = "churn";
     break;
+  case GF_EVENT_THRASH:
+    kind = "thrash";
+    break;
   }
   if (kind == nullptr) {
     return; // a kind this shim does not know yet: said to no observer, never as another kind

@@ -55,8 +55,8 @@ struct DirectHooks {
   gf_status (*forward)(void *context, const std::vector<at::Tensor> &inputs,
                        std::vector<at::Tensor> &outputs, gf_forward_report *report,
                        gf_error *err) noexcept = nullptr;
-  // Told of an event (kind: "captured", "evicted", "disabled", "churn", "warning"), with the
-  // inputs' shapes already described (describe_shapes); may be NULL.
+  // Told of an event (kind: "captured", "evicted", "disabled", "churn", "thrash", "warning"), with
+  // the inputs' shapes already described (describe_shapes); may be NULL.
   void (*observe)(void *context, const char *kind, const gf_event &event,
                   const std::string &shapes) noexcept = nullptr;
   void (*release)(void *context) noexcept = nullptr;
@@ -78,8 +78,8 @@ struct HostContext {
   DirectHooks direct; // set once, right after creation (attach_direct_hooks)
   std::optional<c10::OperatorHandle> agree_op; // (Tensor ok) -> Tensor, MIN over the group
   std::string name;
-  // kObserverSchema: told of every gf_event ("captured", "evicted", "disabled", "churn") and of
-  // the runner's warnings ("warning"); without it warnings go to TORCH_WARN.
+  // kObserverSchema: told of every gf_event ("captured", "evicted", "disabled", "churn", "thrash")
+  // and of the runner's warnings ("warning"); without it warnings go to TORCH_WARN.
   std::optional<c10::OperatorHandle> observer_op;
   // The registered name of a torch.distributed process group: agreement is the shim's own
   // all-reduce over it (gf_shim_group.h) instead of agree_op's.

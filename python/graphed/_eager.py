@@ -28,6 +28,7 @@ Each reason, with its duties:
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -44,6 +45,7 @@ __all__ = [
     "NO_TENSORS",
     "REENTERED",
     "VERIFY",
+    "run_context",
     "run_eagerly",
 ]
 
@@ -111,9 +113,21 @@ def _say_churn_started(runner: Any, kwargs: dict, variant: Any) -> None:
         log.say_churn()
 
 
+def run_context(runner: Any, core_run: bool) -> contextlib.AbstractContextManager:
+    """The C duty: capture_context, if given, around a run of the core (`core_run`: the host's
+    forward, or a run standing in for one) while the runner is enabled, and around any run inside
+    someone else's stream capture."""
+    capture_context = runner.options.capture_context
+    if capture_context is None:
+        return contextlib.nullcontext()
+    if (core_run and not runner._disabled) or runner._hooks.outer_capture_active():
+        return capture_context()
+    return contextlib.nullcontext()
+
+
 def _run(runner: Any, kwargs: dict, core_run: bool) -> Any:
     """The module's forward (or its regions), without autograd, in the runner's context."""
-    with torch.no_grad(), runner._context(core_run):
+    with torch.no_grad(), run_context(runner, core_run):
         regions = runner._regions
         if regions is None:
             return runner._forward_call(**kwargs)

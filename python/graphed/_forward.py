@@ -1,6 +1,6 @@
-"""GraphedForward: the model-code face of graphed, and its call path. It registers the module's
-forward as an operator the native core calls back for capture and hands each call to the C entry
-points (`graphed._native._graphed_fastcall`), which key, capture, replay or run eager: plain
+"""GraphedForward: the model-code face of graphed, and its call path. It gives its runner the
+module's forward as a direct hook the native core calls for capture and hands each call to the C
+entry points (`graphed._native._graphed_fastcall`), which key, capture, replay or run eager: plain
 kwargs are walked in C; the others are flattened here (graphed._tree) and go through the
 dispatcher. Composed in from beside it: the watch (graphed._baked), what the core's forwards carry
 between runs (graphed._phases), verify mode (graphed._verify), the operators and the runner
@@ -158,8 +158,9 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self._new_keys = NewKeys(kwargs_of)
         # How deep this runner's forward runs on this thread now (graphed._reentry).
         self._forwards_here = ReentryDepth()
-        # Disabled for good: calls answered in Python; _split_due: the next one makes regions.
-        self._disabled = self._split_due = False
+        # Disabled for good (the switch _turn_off flips), settled once (_settle_disable), and
+        # whether the next call makes regions.
+        self._disabled = self._disable_settled = self._split_due = False
         verification = options.verification
         # None: no call is compared with eager; else what compares those the entries sample.
         self._verifier = None if verification is None else _verify.Verifier(verification)
@@ -172,7 +173,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             _groups.release_before_teardown()
         stats = self.stats()
         if not stats["enabled"]:
-            self._note_disabled()
+            self._settle_disable()
         # No graph will run on a device the backend cannot serve, so the core's device check (made
         # on the way to a graph) never would: the eager run makes it (_run_module), so that code
         # refused on the device is refused without it too.
@@ -187,7 +188,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         return _ops.make_runner(
             self,
             GraphedForward._run_module,
-            GraphedForward._note_disabled,
+            GraphedForward._turn_off,
             self._call_state,
             name=self.name,
             device=self.device,
@@ -289,6 +290,8 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             return _run_eagerly(self, kwargs, _eager.COMPILING)
         if self._forwards_here.level:
             return _run_eagerly(self, kwargs, _REENTERED_CALL)
+        if not self._disable_settled:
+            self._settle_disable()
         if self._split_due:
             self._split_due = False
             self._regions = _regions.split_into_regions(self)
@@ -322,6 +325,8 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         source = state.key if type(tree) is dict else tree
         kwargs = kwargs_of(source, inputs)
         phase = state.phase
+        if self._disabled and not self._disable_settled:  # the call that disabled the runner
+            self._settle_disable()
         if phase == _PHASE_CAPTURE or phase == _PHASE_EAGER:
             # A call without a graph: the churn guard names what changes among them (and, when
             # the guard started on this call, says so now that it is recorded).
@@ -340,7 +345,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
                 )
             with (
                 self._forwards_here,
-                self._context(core_run=True),
+                _eager.run_context(self, core_run=True),
                 runs.forward_in_phase(phase, lambda: watch.state_to_keep(state.held, self.module)),
             ):
                 result = self._forward_call(**kwargs)
@@ -364,18 +369,6 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
                 runs.name_side_effects(changed)
         return tensors
 
-    def _context(self, core_run: bool) -> contextlib.AbstractContextManager:
-        """capture_context, if given, around a run of the core (`core_run`) while the runner is
-        enabled, and around any run inside someone else's stream capture."""
-        capture_context = self.options.capture_context
-        if capture_context is None:
-            return contextlib.nullcontext()
-        if core_run and not self._disabled and not self.stats()["enabled"]:
-            self._note_disabled()
-        if (core_run and not self._disabled) or self._hooks.outer_capture_active():
-            return capture_context()
-        return contextlib.nullcontext()
-
     # -- introspection and control -------------------------------------------------------
 
     def __repr__(self) -> str:
@@ -392,20 +385,28 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         """Disables graph replay for the rest of the process; calls run eager. `cause` is what
         stats()["disabled_cause"] says (graphed itself passes "verify", "watch", ...)."""
         torch.ops.graphed.disable(self._id, str(reason), cause)
-        self._note_disabled()
+        self._settle_disable()
 
-    def _note_disabled(self) -> bool:
-        """The runner is disabled for good (its "disabled" event, disable(), or made so): calls
-        are answered in Python from now on (_call_disabled), and nothing is watched. When its
-        forward cannot be captured whole, its next call splits it into regions
-        (graphed._regions), and this says True: the regions' warning will say why. Called from
-        the disable's event inside the core's failing call, so it changes nothing else."""
-        first = not self._disabled
+    def _turn_off(self) -> None:
+        """The runner's "disabled" event (graphed._observe, inside the core's call that
+        disabled it): the switch to the Python answer (_call_disabled), and nothing else."""
         self._disabled = True
+
+    def _settle_disable(self) -> None:
+        """Once the runner is disabled for good, on the call path (the eager run of the call
+        that disabled it, the next call, disable(), or a runner made disabled): calls are
+        answered in Python from now on, nothing is watched, and the cause code decides whether
+        the forward now runs in regions (graphed._regions, made by the next call), whose warning
+        then says why; else the disable's own warning is said."""
+        if self._disable_settled:
+            return
+        self._disabled = self._disable_settled = True
         self._watch.stop()
-        if first and self.options.regions:
-            self._split_due = _regions.splits_into_regions(self)
-        return self._split_due or self._regions is not None
+        self._split_due = self.options.regions and _regions.splits_into_regions(self)
+        if self._split_due:  # its warning says the disable's reason
+            self._registration.log.disable_pending = None
+            _regions.say_split(self)
+        self._registration.log.say_disabled()
 
     def regions(self) -> list[dict[str, Any]]:
         """The submodules considered as regions, in tree order, when the forward runs in regions

@@ -14,8 +14,10 @@ log turns the events into log records.
 - WARNING once per process, for the first runner made without graphs (graphs_unavailable).
 
 The disable is also how a GraphedForward learns that its runner is disabled for good, whoever
-disabled it (a failed capture or replay, a rank of its group, disable()): RunnerLog.on_disabled,
-which it sets, then answers its calls in Python.
+disabled it (a failed capture or replay, a rank of its group, disable()): RunnerLog.turned_off,
+which it sets, flips its switch (its calls are answered in Python from then on) and does nothing
+else. The disable's warning waits for the owner (say_disabled), which decides on its call path,
+from the cause code, whether its forward now runs in regions, whose warning then says it once.
 
 Messages carry no "graphed: " of their own: the logger's name says where a record comes from,
 and a format with %(name)s would print it twice. Where the program configured no handler,
@@ -86,10 +88,11 @@ class RunnerLog:
     def __init__(self, name: str) -> None:
         self.name = f"runner '{name}'"
         self.recent: collections.deque[str] = collections.deque(maxlen=_RECENT_KEYS)
-        # Called at the "disabled" event, before it is logged (the core sends it once, when the
-        # runner goes from enabled to disabled; a runner never comes back); True when it said what
-        # happened itself (a forward that now runs in regions), which is then not said twice.
-        self.on_disabled: Callable[[], bool] | None = None
+        # Called at the "disabled" event (the core sends it once, when the runner goes from
+        # enabled to disabled; a runner never comes back): the owner's switch, nothing more.
+        self.turned_off: Callable[[], None] | None = None
+        # The disable's message until the owner says it (say_disabled) or says it otherwise.
+        self.disable_pending: str | None = None
         # Names the kwargs that keep changing when the churn guard starts (graphed._churn); the
         # first start is a WARNING, later ones INFO.
         self.describe_churn: Callable[[], str] | None = None
@@ -111,9 +114,13 @@ class RunnerLog:
         shapes: str,
     ) -> None:
         message = message.removeprefix(_NAME)
-        if kind == "disabled" and self.on_disabled is not None and self.on_disabled():
-            return
-        if kind == "captured":
+        if kind == "disabled":
+            self.disable_pending = message
+            if self.turned_off is not None:
+                self.turned_off()
+            else:
+                self.say_disabled()
+        elif kind == "captured":
             self.recent.append(shapes)
             _log.info(
                 "%s captured [%s] in %.3f s; device memory reserved %s, in use %s "
@@ -132,13 +139,19 @@ class RunnerLog:
         elif kind == "thrash":  # unguarded captures that keep evicting: said now
             self.churn_pending = message
             self.say_churn()
-        else:  # "disabled" or "warning"
+        else:  # "warning"
             # One channel, the logger: it is where every other event of a runner goes (and the
             # first runner's "graphs unavailable"), so a program routes, filters or silences
             # graphed in one place, and each record names its runner. A RuntimeWarning beside it
             # printed the same sentence a second time on the same stderr (an offload hook's
             # reason was read three times with the log record GraphedForward added), and
             # warnings' default filter shows a warning once per code location, not per runner.
+            _log.warning("%s: %s", self.name, message)
+
+    def say_disabled(self) -> None:
+        """Says the pending disable (a WARNING), once; nothing when none is pending."""
+        message, self.disable_pending = self.disable_pending, None
+        if message is not None:
             _log.warning("%s: %s", self.name, message)
 
     def say_churn(self) -> None:

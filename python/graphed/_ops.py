@@ -144,13 +144,13 @@ def traced_forward(runner_id: int) -> Callable[[list], list] | None:
 def make_runner(
     owner: Any,
     run: Callable[[Any, list], list],
-    on_disabled: Callable[[Any], bool],
+    turn_off: Callable[[Any], None],
     call_state: Any,
     **options: Any,
 ) -> Registration:
     """Creates and registers the runner of `owner` (a GraphedForward): its host calls
     `run(owner, inputs)` for every forward the core runs, and tells its log (graphed._observe) of
-    what it says, which calls `on_disabled(owner)` when it is disabled (True: it said so itself),
+    what it says, which calls `turn_off(owner)` when it is disabled (a switch, nothing more),
     both as direct hooks of the runner (Note [The direct forward], pyext/gf_model_hooks.cpp)
     that go with it: no operator is registered. What a run reports besides its outputs is read
     from `call_state`. Both hold the owner weakly; the runner is destroyed with the owner.
@@ -163,12 +163,13 @@ def make_runner(
             raise RuntimeError("graphed: the GraphedForward of this runner is gone")
         return run(target, inputs)
 
-    def disabled() -> bool:
+    def turned_off() -> None:
         target = owner_ref()
-        return target is not None and on_disabled(target)
+        if target is not None:
+            turn_off(target)
 
     log = _observe.RunnerLog(options["name"])
-    log.on_disabled = disabled
+    log.turned_off = turned_off
     # An empty forward_op: the forward is attached below, before anyone has the runner's id.
     runner_id = create(forward_op="", **options)
     try:

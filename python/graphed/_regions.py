@@ -53,6 +53,7 @@ __all__ = [
     "Region",
     "Regions",
     "candidates",
+    "say_split",
     "split_into_regions",
     "splits_into_regions",
 ]
@@ -358,13 +359,12 @@ def splits_into_regions(runner: Any) -> bool:
 def split_into_regions(runner: Any) -> Regions | None:
     """The regions of a GraphedForward whose forward cannot be captured whole
     (splits_into_regions), made with copies of its options (`runner.options`), or None when it
-    does not split; the one warning that says so. Region runners are of the runner's own class,
+    does not split (say_split says so). Region runners are of the runner's own class,
     share its memory pool (or one made for the tree), and split the same way."""
     if not splits_into_regions(runner):
         return None
     module = runner.module
     found = candidates(module)
-    reason = runner.stats()["disabled_reason"]
     pool = runner.memory_pool if runner.memory_pool is not None else MemoryPool(runner.device)
     options, runner_class = runner.options, type(runner)
 
@@ -376,10 +376,15 @@ def split_into_regions(runner: Any) -> Regions | None:
         module, make_runner, name=runner.name, group=runner.group, device=runner.device, found=found
     )
     weakref.finalize(runner, regions.remove)
+    return regions
+
+
+def say_split(runner: Any) -> None:
+    """The one warning of a GraphedForward whose forward now runs in regions
+    (splits_into_regions): why, from its disabled_reason."""
     _log.warning(
         "runner '%s': the forward cannot be captured whole (%s); it now runs in regions: its "
         "submodules are graphed one by one and the rest runs eagerly; see .regions()",
         runner.name,
-        reason,
+        runner.stats()["disabled_reason"],
     )
-    return regions

@@ -759,7 +759,11 @@ static void gf_fake_warn(void *context, const char *message) {
 
 static void gf_fake_notify(void *context, const gf_event *event) {
   gf_fake_host *host = context;
-  const int kind = (int)event->kind & 3;
+  const int kind = (int)event->kind;
+  if (kind < 0 || kind >= GF_EVENT_KINDS) {
+    host->unknown_events++;
+    return;
+  }
   host->events[kind]++;
   host->last_event[kind] = *event;
   snprintf(host->last_message[kind], sizeof host->last_message[kind], "%s", event->message);

@@ -140,15 +140,16 @@ typedef struct gf_fake_storage gf_fake_storage;
 
 typedef struct gf_fake_host {
   gf_fake_log *log;
-  gf_fake_backend *backend; /* forwards run while it captures are recorded, not computed */
-  int output_count;         /* outputs per forward (default 1) */
-  int mutate_input;         /* -1 (default), or the input every forward adds 1 to in place */
-  uint64_t phase_calls[4];  /* forwards run per gf_forward_phase */
-  int observe;              /* the host table has a notify hook (default 0) */
-  uint64_t events[4];       /* notify calls per gf_event_kind */
-  gf_event last_event[4];   /* the last event of each kind (message copied below) */
-  char last_message[4][GF_ERROR_MESSAGE_CAPACITY];
-  int fail_forward; /* every forward fails */
+  gf_fake_backend *backend;        /* forwards run while it captures are recorded, not computed */
+  int output_count;                /* outputs per forward (default 1) */
+  int mutate_input;                /* -1 (default), or the input every forward adds 1 to in place */
+  uint64_t phase_calls[4];         /* forwards run per gf_forward_phase */
+  int observe;                     /* the host table has a notify hook (default 0) */
+  uint64_t events[GF_EVENT_KINDS]; /* notify calls per gf_event_kind */
+  gf_event last_event[GF_EVENT_KINDS]; /* the last event of each kind (message copied below) */
+  char last_message[GF_EVENT_KINDS][GF_ERROR_MESSAGE_CAPACITY];
+  uint64_t unknown_events; /* notify calls of a kind outside gf_event_kind */
+  int fail_forward;        /* every forward fails */
   int fail_forward_while_capturing;
   uint64_t fail_forward_number; /* 0, or the forward (counted from 1) that fails */
   int forward_error_is_own;     /* the failing forward's report says its error is its own */
