@@ -13,7 +13,8 @@ from ._memory import MemoryPool, memory_table
 from ._pipelines import graph_pipeline, ungraph_pipeline
 from ._platform import CUDAGraphedForward, XPUGraphedForward, get_graphed_forward_cls
 from ._runner import Runner
-from ._tree import clone_static, copy_into, flatten_kwargs, kwargs_signature, unflatten
+from ._seed import clone_static, copy_into, kwargs_signature
+from ._tree import flatten_kwargs, unflatten
 from ._version import __version__ as __version__
 from ._warm_up import warm_up
 

@@ -1,7 +1,7 @@
-"""Tests for graphed._tree, the Python walker (the fallback for trees the C walker hands back) and
-the seed's flatten/key/copy helpers.
+"""Tests for graphed._tree, the Python walker (the fallback for trees the C walker hands back), and
+graphed._seed, the seed's key/clone/copy helpers built on it.
 
-The module is loaded from its file path so these tests never need the native library.
+Both modules are loaded from their file paths so these tests never need the native library.
 """
 
 import dataclasses
@@ -9,20 +9,40 @@ import enum
 import importlib.util
 import pathlib
 import sys
+import types
 from typing import NamedTuple
 
 import pytest
 import torch
 
-# No native code of its own: graphed/_tree.py loaded from its file, with torch's own tensors;
-# the sanitized run (scripts/sanitize.sh) leaves it out.
+# No native code of its own: graphed/_tree.py and graphed/_seed.py loaded from their files, with
+# torch's own tensors; the sanitized run (scripts/sanitize.sh) leaves it out.
 pytestmark = pytest.mark.pure_python
 
-_TREE_PATH = pathlib.Path(__file__).resolve().parents[2] / "python" / "graphed" / "_tree.py"
-_spec = importlib.util.spec_from_file_location("graphed_tree_under_test", _TREE_PATH)
-tree = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = tree
-_spec.loader.exec_module(tree)
+_PACKAGE_DIR = pathlib.Path(__file__).resolve().parents[2] / "python" / "graphed"
+_TREE_PATH = _PACKAGE_DIR / "_tree.py"
+_SEED_PATH = _PACKAGE_DIR / "_seed.py"
+# A stand-in package without graphed's __init__ (which loads the native library), so that
+# _seed.py's `from ._tree import ...` finds the _tree loaded here.
+_PACKAGE = "graphed_tree_only"
+_package = types.ModuleType(_PACKAGE)
+_package.__path__ = [str(_PACKAGE_DIR)]
+sys.modules[_PACKAGE] = _package
+
+
+def _load(name: str, path: pathlib.Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        f"{_PACKAGE}.{name}", path, submodule_search_locations=None
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    setattr(_package, name, module)
+    return module
+
+
+tree = _load("_tree", _TREE_PATH)
+seed = _load("_seed", _SEED_PATH)
 # The tensor check is the extension's (tests/python/test_inputs.py tests it); loaded alone, the
 # walker takes every tensor.
 tree._native_refusal = lambda tensor: None
@@ -138,21 +158,21 @@ def test_key_cannot_be_forged_by_a_string_that_looks_like_structure():
 
 
 def test_signature_ignores_values_but_not_shape_dtype_variant():
-    sig = tree.kwargs_signature({"x": torch.zeros(2, 3), "rope": _rope()})
-    assert sig == tree.kwargs_signature({"x": torch.randn(2, 3), "rope": _rope()})
-    assert hash(sig) == hash(tree.kwargs_signature({"x": torch.ones(2, 3), "rope": _rope()}))
-    assert sig != tree.kwargs_signature({"x": torch.zeros(2, 4), "rope": _rope()})
-    assert sig != tree.kwargs_signature(
+    sig = seed.kwargs_signature({"x": torch.zeros(2, 3), "rope": _rope()})
+    assert sig == seed.kwargs_signature({"x": torch.randn(2, 3), "rope": _rope()})
+    assert hash(sig) == hash(seed.kwargs_signature({"x": torch.ones(2, 3), "rope": _rope()}))
+    assert sig != seed.kwargs_signature({"x": torch.zeros(2, 4), "rope": _rope()})
+    assert sig != seed.kwargs_signature(
         {"x": torch.zeros(2, 3, dtype=torch.float64), "rope": _rope()}
     )
-    assert sig != tree.kwargs_signature({"x": torch.zeros(2, 3), "rope": _rope()}, variant=1)
-    assert sig != tree.kwargs_signature({"x": torch.zeros(2, 3), "rope": _rope(seq=5)})
+    assert sig != seed.kwargs_signature({"x": torch.zeros(2, 3), "rope": _rope()}, variant=1)
+    assert sig != seed.kwargs_signature({"x": torch.zeros(2, 3), "rope": _rope(seq=5)})
     assert sig[1][0] == (torch.float32, torch.device("cpu"), (2, 3))
 
 
 def test_signature_sees_device():
-    cpu = tree.kwargs_signature({"x": torch.zeros(2)})
-    meta = tree.kwargs_signature({"x": torch.zeros(2, device="meta")})
+    cpu = seed.kwargs_signature({"x": torch.zeros(2)})
+    meta = seed.kwargs_signature({"x": torch.zeros(2, device="meta")})
     assert cpu != meta
 
 
@@ -164,7 +184,7 @@ def test_dataclass_holding_tensor_is_rejected_with_path():
     assert "kwargs['cond'].emb" in message
     assert "capture-time address" in message
     with pytest.raises(TypeError, match=r"kwargs\['cond'\]\.emb"):
-        tree.kwargs_signature(kwargs)
+        seed.kwargs_signature(kwargs)
 
 
 def test_object_holding_tensor_in_dict_attribute_is_rejected_with_path():
@@ -194,7 +214,7 @@ def test_top_level_must_be_dict_with_str_keys():
     with pytest.raises(TypeError, match="must be str"):
         tree.flatten_kwargs({1: torch.zeros(1)})
     with pytest.raises(TypeError, match="must be a dict"):
-        tree.kwargs_signature((torch.zeros(1),))
+        seed.kwargs_signature((torch.zeros(1),))
 
 
 def test_clone_static_passes_tensor_free_leaves_by_identity():
@@ -208,7 +228,7 @@ def test_clone_static_passes_tensor_free_leaves_by_identity():
         "size": size,
         "n": None,
     }
-    cloned = tree.clone_static(source)
+    cloned = seed.clone_static(source)
     assert cloned is not source
     for name, value in source.items():
         assert cloned[name] is value
@@ -219,7 +239,7 @@ def test_clone_static_makes_fresh_contiguous_buffers():
     strided = base.t()
     assert not strided.is_contiguous()
     source = [base, (strided, Pair(base[:, 1], 7))]
-    cloned = tree.clone_static(source)
+    cloned = seed.clone_static(source)
     tensors = [cloned[0], cloned[1][0], cloned[1][1].first]
     originals = [base, strided, base[:, 1]]
     for copy, original in zip(tensors, originals, strict=True):
@@ -228,27 +248,27 @@ def test_clone_static_makes_fresh_contiguous_buffers():
         assert torch.equal(copy, original)
     assert type(cloned[1]) is tuple and type(cloned[1][1]) is Pair
 
-    top = tree.clone_static(strided)
+    top = seed.clone_static(strided)
     assert top.is_contiguous() and torch.equal(top, strided)
 
 
 def test_clone_static_does_not_track_grad():
     leaf = torch.randn(3, requires_grad=True)
-    cloned = tree.clone_static({"w": leaf})["w"]
+    cloned = seed.clone_static({"w": leaf})["w"]
     assert cloned.grad_fn is None and not cloned.requires_grad
 
 
 def test_clone_static_rejects_object_with_tensor():
     with pytest.raises(TypeError, match=r"tree\['cond'\]\.emb"):
-        tree.clone_static({"cond": Conditioning(torch.zeros(2))})
+        seed.clone_static({"cond": Conditioning(torch.zeros(2))})
 
 
 def test_copy_into_copies_and_counts():
     current = {"x": torch.randn(2, 3), "rope": _rope(), "n": 5}
-    static = tree.clone_static(current)
+    static = seed.clone_static(current)
     fresh = {"x": torch.randn(2, 3), "rope": _rope(), "n": 5}
     static_ptrs = [static["x"].data_ptr(), static["rope"]["cos"].data_ptr()]
-    assert tree.copy_into(static, fresh) == 3
+    assert seed.copy_into(static, fresh) == 3
     assert torch.equal(static["x"], fresh["x"])
     assert torch.equal(static["rope"]["cos"], fresh["rope"]["cos"])
     assert torch.equal(static["rope"]["sin"], fresh["rope"]["sin"])
@@ -256,69 +276,69 @@ def test_copy_into_copies_and_counts():
 
 
 def test_copy_into_single_tensor_and_top_level_tensor():
-    static = tree.clone_static(torch.zeros(4))
-    assert tree.copy_into(static, torch.full((4,), 2.0)) == 1
+    static = seed.clone_static(torch.zeros(4))
+    assert seed.copy_into(static, torch.full((4,), 2.0)) == 1
     assert torch.equal(static, torch.full((4,), 2.0))
 
 
 def test_copy_into_skips_tensor_already_at_static_address():
-    static = tree.clone_static({"x": torch.randn(3), "y": torch.randn(3)})
+    static = seed.clone_static({"x": torch.randn(3), "y": torch.randn(3)})
     static["x"].fill_(7.0)
     new_y = torch.randn(3)
-    assert tree.copy_into(static, {"x": static["x"], "y": new_y}) == 1
+    assert seed.copy_into(static, {"x": static["x"], "y": new_y}) == 1
     assert torch.equal(static["y"], new_y)
-    assert tree.copy_into(static, {"x": static["x"], "y": static["y"]}) == 0
+    assert seed.copy_into(static, {"x": static["x"], "y": static["y"]}) == 0
     assert torch.equal(static["x"], torch.full((3,), 7.0))
     assert torch.equal(static["y"], new_y)
 
 
 def test_copy_into_same_address_different_strides_still_copies():
     square = torch.arange(9.0).reshape(3, 3)
-    static = tree.clone_static([square])
+    static = seed.clone_static([square])
     transposed_view = static[0].t()
     expected = static[0].t().clone()
-    assert tree.copy_into(static, [transposed_view]) == 1
+    assert seed.copy_into(static, [transposed_view]) == 1
     assert torch.equal(static[0], expected)
 
 
 def test_copy_into_handles_non_contiguous_current():
-    static = tree.clone_static({"a": torch.zeros(3, 4), "b": torch.zeros(4)})
+    static = seed.clone_static({"a": torch.zeros(3, 4), "b": torch.zeros(4)})
     source = torch.randn(4, 3)
     column = torch.randn(4, 2)[:, 1]
     assert not source.t().is_contiguous() and not column.is_contiguous()
-    assert tree.copy_into(static, {"a": source.t(), "b": column}) == 2
+    assert seed.copy_into(static, {"a": source.t(), "b": column}) == 2
     assert torch.equal(static["a"], source.t())
     assert torch.equal(static["b"], column)
     assert static["a"].is_contiguous()
 
 
 def test_copy_into_shape_and_dtype_mismatch_raise_value_error():
-    static = tree.clone_static({"x": torch.zeros(2, 3)})
+    static = seed.clone_static({"x": torch.zeros(2, 3)})
     with pytest.raises(ValueError, match=r"tree\['x'\]: shape differs"):
-        tree.copy_into(static, {"x": torch.zeros(2, 4)})
+        seed.copy_into(static, {"x": torch.zeros(2, 4)})
     with pytest.raises(ValueError, match=r"tree\['x'\]: dtype differs"):
-        tree.copy_into(static, {"x": torch.zeros(2, 3, dtype=torch.int64)})
+        seed.copy_into(static, {"x": torch.zeros(2, 3, dtype=torch.int64)})
     assert torch.equal(static["x"], torch.zeros(2, 3))
 
 
 def test_copy_into_structure_and_value_mismatch_raise_value_error():
-    static = tree.clone_static({"x": torch.zeros(2), "opt": [torch.zeros(1), 3]})
+    static = seed.clone_static({"x": torch.zeros(2), "opt": [torch.zeros(1), 3]})
     with pytest.raises(ValueError, match="dict keys differ"):
-        tree.copy_into(static, {"x": torch.zeros(2)})
+        seed.copy_into(static, {"x": torch.zeros(2)})
     with pytest.raises(ValueError, match=r"tree\['opt'\]: length differs"):
-        tree.copy_into(static, {"x": torch.zeros(2), "opt": [torch.zeros(1)]})
+        seed.copy_into(static, {"x": torch.zeros(2), "opt": [torch.zeros(1)]})
     with pytest.raises(ValueError, match=r"tree\['opt'\]\[0\]: static is a tensor, current is"):
-        tree.copy_into(static, {"x": torch.zeros(2), "opt": [None, 3]})
+        seed.copy_into(static, {"x": torch.zeros(2), "opt": [None, 3]})
     with pytest.raises(ValueError, match=r"tree\['opt'\]\[1\]: static is int, current is float"):
-        tree.copy_into(static, {"x": torch.zeros(2), "opt": [torch.zeros(1), 3.0]})
+        seed.copy_into(static, {"x": torch.zeros(2), "opt": [torch.zeros(1), 3.0]})
     with pytest.raises(ValueError, match=r"tree\['opt'\]\[1\]: value differs"):
-        tree.copy_into(static, {"x": torch.zeros(2), "opt": [torch.zeros(1), 4]})
+        seed.copy_into(static, {"x": torch.zeros(2), "opt": [torch.zeros(1), 4]})
     with pytest.raises(ValueError, match=r"tree\['opt'\]: static is list, current is tuple"):
-        tree.copy_into(static, {"x": torch.zeros(2), "opt": (torch.zeros(1), 3)})
+        seed.copy_into(static, {"x": torch.zeros(2), "opt": (torch.zeros(1), 3)})
 
 
 def test_copy_into_rejects_object_with_tensor_in_current():
-    static = tree.clone_static({"cond": Holder(None), "x": torch.zeros(1)})
+    static = seed.clone_static({"cond": Holder(None), "x": torch.zeros(1)})
     with pytest.raises(TypeError, match=r"tree\['cond'\]\.payload"):
-        tree.copy_into(static, {"cond": Holder(torch.zeros(1)), "x": torch.ones(1)})
-    assert tree.copy_into(static, {"cond": static["cond"], "x": torch.ones(1)}) == 1
+        seed.copy_into(static, {"cond": Holder(torch.zeros(1)), "x": torch.ones(1)})
+    assert seed.copy_into(static, {"cond": static["cond"], "x": torch.ones(1)}) == 1
