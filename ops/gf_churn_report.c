@@ -1,6 +1,7 @@
 /* What a runner tells its host of churn, both messages side by side: the churn guard (gf_churn.h)
  * holding new keys back, and, where the guard is off, captures that keep evicting. Each goes to
- * the host as a CHURN event (gf_host.h), which the shim turns into one warning. gf_runner.c and
+ * the host as an event of its own kind (CHURN, THRASH: gf_host.h), which the shim turns into one
+ * warning. gf_runner.c and
  * gf_capture.c call this file; it calls none of the runner's other files. */
 #include "gf_runner_internal.h"
 

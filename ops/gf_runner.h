@@ -123,9 +123,10 @@ void gf_runner_disable(gf_runner *runner, gf_disable_cause cause, const char *re
  * sync probe again). */
 void gf_runner_reset(gf_runner *runner);
 
-/* Drops every graph and pool as gf_runner_reset does, but the churn guard goes on counting: what
- * a watch that saw the graphs' state change calls, which is no sign of new traffic (a module
- * re-assigned at every call must still meet the guard). */
+/* Drops every graph and pool as gf_runner_reset does, but a churn guard that started stays (the
+ * run of new keys starts over, gf_churn_graphs_dropped): what a watch that saw the graphs' state
+ * change calls, which is no sign of new traffic. A module that changes at every call meets the
+ * watch's own bound instead (graphed._baked.RECAPTURE_LIMIT). */
 void gf_runner_drop_graphs(gf_runner *runner);
 
 void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats);

@@ -24,11 +24,22 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
 
 namespace {
+
+// Whether Python may be called: not before it starts nor once it finalizes (a daemon thread that
+// takes the GIL then is ended in place, which a noexcept hook cannot unwind through).
+bool interpreter_usable() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
 
 // What the hooks hold: strong references, released with the runner.
 struct ModelHooks {
@@ -87,39 +98,63 @@ gf_status tensors_of_result(const ModelHooks &hooks, PyObject *result,
   return GF_OK;
 }
 
+// A strong reference, released at scope exit (whatever leaves it: a return or a C++ exception).
+struct OwnedObject {
+  PyObject *object = nullptr;
+  OwnedObject() = default;
+  explicit OwnedObject(PyObject *owned) : object(owned) {}
+  OwnedObject(const OwnedObject &) = delete;
+  OwnedObject &operator=(const OwnedObject &) = delete;
+  ~OwnedObject() { Py_XDECREF(object); }
+};
+
+// The facts of the run now in flight on a CallState, zeroed for one run and put back after it
+// (a forward cannot run its own runner's forward again, its call returns REENTERED, but an outer
+// run's facts are put back all the same), at scope exit whatever leaves it.
+class RunFacts {
+public:
+  explicit RunFacts(gf_call_state *state)
+      : state_(state), outer_error_(state->run_error), outer_kept_state_(state->run_kept_state) {
+    state_->run_error = GF_FORWARD_ERROR_NONE;
+    state_->run_kept_state = 0;
+  }
+  RunFacts(const RunFacts &) = delete;
+  RunFacts &operator=(const RunFacts &) = delete;
+  ~RunFacts() {
+    state_->run_error = outer_error_;
+    state_->run_kept_state = outer_kept_state_;
+  }
+
+private:
+  gf_call_state *state_;
+  int outer_error_;
+  int outer_kept_state_;
+};
+
 // One run, holding the interpreter's lock.
 gf_status run_forward_holding_gil(const ModelHooks &hooks, const std::vector<at::Tensor> &inputs,
                                   std::vector<at::Tensor> &outputs, gf_forward_report *report,
                                   gf_error *err) {
   gf_call_state *state = hooks.state;
-  // A forward cannot run its own runner's forward again (its call returns REENTERED), but the
-  // facts of an outer run are put back all the same.
-  const int outer_error = state->run_error;
-  const int outer_kept_state = state->run_kept_state;
-  state->run_error = GF_FORWARD_ERROR_NONE;
-  state->run_kept_state = 0;
-  gf_status status = GF_OK;
-  PyObject *list = PyList_New(static_cast<Py_ssize_t>(inputs.size()));
-  for (size_t i = 0; list != nullptr && i < inputs.size(); ++i) {
+  RunFacts facts(state);
+  OwnedObject list(PyList_New(static_cast<Py_ssize_t>(inputs.size())));
+  for (size_t i = 0; list.object != nullptr && i < inputs.size(); ++i) {
     PyObject *tensor = THPVariable_Wrap(inputs[i]);
     if (tensor == nullptr) {
-      Py_CLEAR(list);
+      Py_CLEAR(list.object);
       break;
     }
-    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), tensor);
+    PyList_SET_ITEM(list.object, static_cast<Py_ssize_t>(i), tensor);
   }
-  PyObject *result = list != nullptr ? PyObject_CallOneArg(hooks.forward, list) : nullptr;
-  Py_XDECREF(list);
-  if (result == nullptr) {
-    status = forward_failure(hooks, err);
+  OwnedObject result(list.object != nullptr ? PyObject_CallOneArg(hooks.forward, list.object)
+                                            : nullptr);
+  if (result.object == nullptr) {
+    gf_status status = forward_failure(hooks, err);
     report->error = static_cast<gf_forward_error>(state->run_error);
-  } else {
-    status = tensors_of_result(hooks, result, outputs, err);
-    report->kept_state = status == GF_OK && state->run_kept_state != 0;
-    Py_DECREF(result);
+    return status;
   }
-  state->run_error = outer_error;
-  state->run_kept_state = outer_kept_state;
+  gf_status status = tensors_of_result(hooks, result.object, outputs, err);
+  report->kept_state = status == GF_OK && state->run_kept_state != 0;
   return status;
 }
 
@@ -127,7 +162,7 @@ gf_status run_model_forward(void *context, const std::vector<at::Tensor> &inputs
                             std::vector<at::Tensor> &outputs, gf_forward_report *report,
                             gf_error *err) noexcept {
   const auto &hooks = *static_cast<const ModelHooks *>(context);
-  if (!Py_IsInitialized()) {
+  if (!interpreter_usable()) {
     return gf_error_set(err, GF_ERR_BACKEND, "graphed: the interpreter of '%s' is gone",
                         hooks.name.c_str());
   }
@@ -152,7 +187,7 @@ PyObject *text_of(const char *text) {
 void observe_model(void *context, const char *kind, const gf_event &event,
                    const std::string &shapes) noexcept {
   const auto &hooks = *static_cast<const ModelHooks *>(context);
-  if (hooks.observer == nullptr || !Py_IsInitialized()) {
+  if (hooks.observer == nullptr || !interpreter_usable()) {
     return;
   }
   PyGILState_STATE gil = PyGILState_Ensure();
@@ -172,7 +207,7 @@ void observe_model(void *context, const char *kind, const gf_event &event,
 // leaves the Python objects of tensors then.
 void release_model_hooks(void *context) noexcept {
   auto *hooks = static_cast<ModelHooks *>(context);
-  if (Py_IsInitialized()) {
+  if (interpreter_usable()) {
     PyGILState_STATE gil = PyGILState_Ensure();
     Py_XDECREF(hooks->forward);
     Py_XDECREF(hooks->observer);
@@ -188,18 +223,21 @@ extern "C" gf_status gf_model_hooks_attach(int64_t runner_id, gf_call_state *sta
                                            PyObject *forward, PyObject *observer, gf_error *err) {
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
-    auto *hooks = new ModelHooks;
+    std::unique_ptr<ModelHooks, void (*)(void *) noexcept> hooks(new ModelHooks,
+                                                                 release_model_hooks);
+    hooks->name = slot->name;
     hooks->forward = Py_NewRef(forward);
     hooks->observer = observer != Py_None ? Py_NewRef(observer) : nullptr;
     hooks->state =
         reinterpret_cast<gf_call_state *>(Py_NewRef(reinterpret_cast<PyObject *>(state)));
-    hooks->name = slot->name;
     graphed::DirectHooks direct;
-    direct.context = hooks;
+    direct.context = hooks.get();
     direct.forward = run_model_forward;
-    direct.observe = observe_model;
+    // No observer: the shim warns through TORCH_WARN, as for a runner with no observer at all.
+    direct.observe = hooks->observer != nullptr ? observe_model : nullptr;
     direct.release = release_model_hooks;
-    graphed::attach_direct_hooks(*slot, direct); // releases the hooks when it refuses them
+    graphed::attach_direct_hooks(*slot, direct); // a refusal leaves them here, released below
+    hooks.release();                             // the runner's from here on
     return GF_OK;
   } catch (...) {
     return graphed::status_of_current_exception(err, nullptr);

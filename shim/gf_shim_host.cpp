@@ -275,12 +275,8 @@ const char *const kObserverSchema =
 void attach_direct_hooks(RunnerSlot &slot, DirectHooks hooks) {
   std::lock_guard<std::recursive_mutex> guard(slot.mutex);
   HostContext &host = *slot.host;
-  if (host.forward_op.has_value() || host.direct.forward != nullptr) {
-    if (hooks.release != nullptr) {
-      hooks.release(hooks.context);
-    }
-    TORCH_CHECK_VALUE(false, "graphed: the runner '", host.name, "' has a forward already");
-  }
+  TORCH_CHECK_VALUE(!host.forward_op.has_value() && host.direct.forward == nullptr,
+                    "graphed: the runner '", host.name, "' has a forward already");
   host.direct = hooks;
 }
 

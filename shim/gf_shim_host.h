@@ -102,8 +102,9 @@ c10::OperatorHandle find_operator(const std::string &qualified_name, const char 
 // A gf_host over a new HostContext (freed by host.destroy).
 gf_host make_torch_host(HostContext *context);
 
-// Gives the runner of `slot` (made with no forward operator) its direct forward and observer;
-// a ValueError when it has a forward already. Under the runner's lock.
+// Gives the runner of `slot` (made with no forward operator) its direct forward and observer,
+// which it then owns (hooks.release frees them with it); a ValueError when it has a forward
+// already, the hooks left to the caller. Under the runner's lock.
 struct RunnerSlot;
 void attach_direct_hooks(RunnerSlot &slot, DirectHooks hooks);
 

@@ -103,7 +103,7 @@ void check_create_arguments(c10::string_view cpu_inputs, int64_t churn_limit, in
   }
 }
 
-int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Device device,
+int64_t create_op(c10::string_view name, c10::string_view forward_op_name, c10::Device device,
                   int64_t max_entries, int64_t warmup_iters, bool enabled,
                   std::optional<c10::string_view> agree_op,
                   std::optional<c10::string_view> observer_op,
@@ -126,9 +126,9 @@ int64_t create_op(c10::string_view name, c10::string_view forward_op, c10::Devic
   }
   // An empty forward_op: the caller attaches a direct forward right after (GraphedForward, through
   // the extension: attach_direct_hooks), so that no operator is registered per instance.
-  auto *context = forward_op.empty()
+  auto *context = forward_op_name.empty()
                       ? new HostContext()
-                      : new HostContext{find_operator(std::string(forward_op), "forward")};
+                      : new HostContext{find_operator(std::string(forward_op_name), "forward")};
   context->name = std::string(name);
   try {
     if (agree_op.has_value() && !agree_op->empty()) {

@@ -276,9 +276,10 @@ class Watch:
         self._call_state = call_state
         self.baked: BakedState | None = None
         # The graphs dropped for a change in a row with no replay between (RECAPTURE_LIMIT), and
-        # the runner's hits when the last were dropped.
+        # the runner's hits and captures when the last were dropped.
         self._drops_in_a_row = 0
         self._hits_at_drop = -1
+        self._captures_at_drop = -1
 
     def arm(self, runner: Any) -> None:
         """Records what the graphs bake in besides their inputs and arms the native check of it;
@@ -342,7 +343,7 @@ class Watch:
                 "recapture_limit",
             )
             return
-        runner._drop_graphs()  # the churn guard goes on counting: a change is no new traffic
+        runner._drop_graphs()  # a churn guard that started stays: a change is no new traffic
         _log.info(
             "runner '%s': %s changed since the graphs were captured; they are "
             "dropped and captured again",
@@ -354,11 +355,13 @@ class Watch:
         """Counts one more drop of the graphs; True at RECAPTURE_LIMIT in a row with no replay
         between (the graphs captured before the first of them counted: at most RECAPTURE_LIMIT
         captures serve no call)."""
-        hits = runner.stats()["hits"]  # calls a graph served that it did not capture on
+        stats = runner.stats()
+        hits, captures = stats["hits"], stats["captures"]  # hits: calls served by an older graph
         if hits != self._hits_at_drop:
             self._drops_in_a_row = 0
-        self._hits_at_drop = hits
-        self._drops_in_a_row += 1
+        if captures != self._captures_at_drop:  # a drop after no capture cost none
+            self._drops_in_a_row += 1
+        self._hits_at_drop, self._captures_at_drop = hits, captures
         return self._drops_in_a_row >= RECAPTURE_LIMIT
 
     def before_capture(self, module: torch.nn.Module) -> None:

@@ -41,14 +41,13 @@ _FALLBACK = _fastcall.FALLBACK
 _REENTERED = _fastcall.REENTERED
 _CHANGED = _fastcall.CHANGED
 _RUN_EAGER = _fastcall.RUN_EAGER
-# Bound once, for the call path.
+# Bound once, for the call path (and every name of it below).
 _pop_options = _arguments.pop_options
 _split_keep_alive = _arguments.split_keep_alive
 _NO_HELD = _arguments.NO_HELD
 # The keep_alive of a call that passes none; the native entry only reads it.
 _NO_KEEP_ALIVE: list = []
-# Bound once: the call path reads it on every call (torch.compile recognises the function).
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = torch.compiler.is_compiling  # bound, torch.compile still recognises it
 _PHASE_CAPTURE = _phases.PHASE_CAPTURE
 _PHASE_EAGER = _phases.PHASE_EAGER
 _SAMPLED_CALL = _fastcall.SampledCall
@@ -122,7 +121,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         """A GraphedForward of `module` made with `options` (another's `.options`, copied with
         dataclasses.replace) that runs `forward` in place of the module's call, while `module`
         stays what the watch watches: a region's (graphed._regions), whose forward is the one the
-        region replaced."""
+        region replaced. A subclass's own __init__ is not run."""
         _library.load_library()
         _arguments.check_callable(forward)
         _arguments.check_reserved(module)
@@ -393,20 +392,22 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self._disabled = True
 
     def _settle_disable(self) -> None:
-        """Once the runner is disabled for good, on the call path (the eager run of the call
-        that disabled it, the next call, disable(), or a runner made disabled): calls are
-        answered in Python from now on, nothing is watched, and the cause code decides whether
-        the forward now runs in regions (graphed._regions, made by the next call), whose warning
-        then says why; else the disable's own warning is said."""
+        """Once disabled for good, on the call path (the eager run of the call that disabled it,
+        the next call, disable()): nothing is watched, and the cause code decides whether the
+        forward runs in regions (made by the next call), whose warning says why; else the
+        disable's own warning is said."""
         if self._disable_settled:
             return
-        self._disabled = self._disable_settled = True
+        self._disabled = True
         self._watch.stop()
-        self._split_due = self.options.regions and _regions.splits_into_regions(self)
-        if self._split_due:  # its warning says the disable's reason
-            self._registration.log.disable_pending = None
-            _regions.say_split(self)
-        self._registration.log.say_disabled()
+        try:
+            self._split_due = self.options.regions and _regions.splits_into_regions(self)
+            if self._split_due:  # its warning says the disable's reason
+                self._registration.log.disable_pending = None
+                _regions.say_split(self)
+            self._disable_settled = True
+        finally:
+            self._registration.log.say_disabled()
 
     def regions(self) -> list[dict[str, Any]]:
         """The submodules considered as regions, in tree order, when the forward runs in regions
@@ -437,7 +438,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         _fastcall.reset(self._id, True)
 
     def _drop_graphs(self) -> None:
-        """reset() for the watch: the churn guard goes on counting (ops/gf_runner.h)."""
+        """reset() for the watch: a churn guard that started stays (ops/gf_runner.h)."""
         _fastcall.reset(self._id, False)
 
     def _follow_change(self) -> None:

@@ -23,6 +23,7 @@ import pytest
 import torch
 from graphed import GraphedForward
 from graphed._baked import RECAPTURE_LIMIT
+from graphed._native import _graphed_fastcall as _fastcall
 
 
 def _per_instance_operators() -> int:
@@ -241,3 +242,17 @@ def test_graphs_dropped_by_the_watch_keep_the_churn_guard(emulated_backend):
     module.weight = torch.nn.Parameter(torch.randn(4, 4))
     gf(input=torch.randn(7, 4))
     assert gf.stats()["churn_guarding"] == 1, "a reset by the watch does not restart the guard"
+
+
+def test_a_runner_takes_one_forward_and_a_refused_one_is_let_go(emulated_backend):
+    gf = GraphedForward(lambda *, x: x + 1, device="cpu", backend=emulated_backend)
+
+    def another(inputs):
+        return inputs
+
+    held = sys.getrefcount(another)
+    with pytest.raises(ValueError, match="has a forward already"):
+        _fastcall.attach(gf.runner_id, gf._call_state, another, None)
+    assert sys.getrefcount(another) == held, "the refused hooks hold nothing"
+    x = torch.randn(2)
+    torch.testing.assert_close(gf(x=x), x + 1, rtol=0, atol=0)
