@@ -3,7 +3,10 @@ are bound to the forward's parameter names and keyed as keywords).
 
 Importing the package loads the native plugin, which registers `torch.ops.graphed.*`."""
 
-from . import _preflight  # noqa: F401  (first: a missing or mismatched build is one ImportError)
+from . import (
+    _preflight,  # noqa: F401  (first: a missing or mismatched build is one ImportError)
+    _switches,
+)
 from ._fake import register_fakes as _register_fakes
 from ._forward import GraphedForward
 from ._generation import GraphedGeneration, graph_generation
@@ -12,6 +15,7 @@ from ._library import backend, library_path, load_library
 from ._memory import MemoryPool, memory_table
 from ._pipelines import graph_pipeline, ungraph_pipeline
 from ._platform import CUDAGraphedForward, XPUGraphedForward, get_graphed_forward_cls
+from ._report import report
 from ._runner import Runner
 from ._seed import clone_static, copy_into, kwargs_signature
 from ._tree import flatten_kwargs, unflatten
@@ -20,6 +24,7 @@ from ._warm_up import warm_up
 
 load_library()
 _register_fakes()
+_switches.apply_at_import()
 
 __all__ = [
     "CUDAGraphedForward",
@@ -41,6 +46,7 @@ __all__ = [
     "library_path",
     "load_library",
     "memory_table",
+    "report",
     "unflatten",
     "ungraph_pipeline",
     "warm_up",

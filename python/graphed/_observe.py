@@ -58,7 +58,7 @@ class _NamedLastResort(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         last_resort = logging.lastResort
-        if last_resort is None or record.levelno < last_resort.level or _configured(record.name):
+        if last_resort is None or record.levelno < last_resort.level or configured(record.name):
             return
         try:
             sys.stderr.write(f"{record.name}: {self.format(record)}\n")
@@ -66,7 +66,7 @@ class _NamedLastResort(logging.Handler):
             self.handleError(record)
 
 
-def _configured(name: str) -> bool:
+def configured(name: str) -> bool:
     """Whether a handler other than graphed's stand-in sees records of logger `name`."""
     logger: logging.Logger | None = logging.getLogger(name)
     while logger is not None:
@@ -192,4 +192,4 @@ def graphs_unavailable(stats: dict) -> bool:
     return True
 
 
-__all__ = ["RunnerLog", "graphs_unavailable"]
+__all__ = ["RunnerLog", "configured", "graphs_unavailable"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import _observe
+from . import _observe, _switches
 from ._native import _graphed_fastcall as _fastcall
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "RunnerReports",
     "create",
     "destroy",
+    "live_runner_stats",
     "make_runner",
     "operator",
     "registered_owners",
@@ -61,8 +62,10 @@ def create(
     cpu_inputs: str = "refuse",
     churn_limit: int = 0,
 ) -> int:
-    """torch.ops.graphed.create, each argument by its schema's name; returns the runner id."""
-    return torch.ops.graphed.create(
+    """torch.ops.graphed.create, each argument by its schema's name; returns the runner id.
+    Under GRAPHED_DISABLE (graphed._switches) the runner starts disabled, before anyone is told
+    of it, so that it says nothing of its own: the switch is said once per process."""
+    runner_id = torch.ops.graphed.create(
         name=name,
         forward_op=forward_op,
         device=device,
@@ -77,6 +80,9 @@ def create(
         cpu_inputs=cpu_inputs,
         churn_limit=churn_limit,
     )
+    if _switches.disabled_from_outside():
+        torch.ops.graphed.disable(runner_id, _switches.DISABLED_REASON, "user")
+    return runner_id
 
 
 # -- the registry ---------------------------------------------------------------------------
@@ -214,6 +220,20 @@ def runner_stats(runner_id: int) -> dict[str, Any]:
     # Why, for programs (ops/gf_disable_cause.h names them): None while enabled.
     stats["disabled_cause"] = None if cause == "none" else cause
     return stats
+
+
+def live_runner_stats() -> list[tuple[str, dict[str, Any]]]:
+    """(name, stats()) of every registered runner whose owner is alive, in the order they were
+    made (graphed._report)."""
+    with _lock:
+        registrations = list(_registered.values())
+    found = []
+    for registration in registrations:
+        owner = registration.owner
+        if owner is not None:
+            name = getattr(owner, "name", f"runner {registration.runner_id}")
+            found.append((str(name), runner_stats(registration.runner_id)))
+    return found
 
 
 def runner_entries(runner_id: int) -> list[dict[str, Any]]:

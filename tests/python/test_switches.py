@@ -1,0 +1,133 @@
+"""The switches a program can be given from outside (graphed._switches) and graphed.report():
+GRAPHED_DISABLE makes every runner made from then on eager with the same results and says so once,
+GRAPHED_LOG sets the logger's level with a handler of its own, GRAPHED_REPORT prints the report at
+exit, and a value none of them takes is said and ignored."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import graphed
+import torch
+from graphed import GraphedForward, _switches
+
+_library = torch.library.Library("graphed_switches_test", "DEF")
+_library.define("double(Tensor[] inputs) -> Tensor[]")
+_library.impl("double", lambda inputs: [t * 2 for t in inputs], "CompositeExplicitAutograd")
+
+
+def _child(program: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", program],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_graphed_disable_makes_every_runner_eager_with_eagers_results(
+    emulated_backend, monkeypatch, caplog
+):
+    monkeypatch.setattr(_switches, "_said", set())
+    monkeypatch.setenv("GRAPHED_DISABLE", "1")
+    module = torch.nn.Linear(4, 3)
+    with caplog.at_level(logging.WARNING, logger="graphed"):
+        first = GraphedForward(module, device="cpu", backend=emulated_backend)
+        second = GraphedForward(lambda *, x: x * 2, device="cpu", backend=emulated_backend)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        torch.testing.assert_close(first(input=x), module(x), rtol=0, atol=0)
+        torch.testing.assert_close(second(x=x), x * 2, rtol=0, atol=0)
+    for runner in (first, second):
+        stats = runner.stats()
+        assert stats["captures"] == 0 and stats["eager_calls"] == 3, stats
+        assert stats["disabled_reason"] == "disabled by GRAPHED_DISABLE", stats
+        assert stats["disabled_cause"] == "user", stats
+    said = [record.getMessage() for record in caplog.records]
+    assert sum("GRAPHED_DISABLE is set" in message for message in said) == 1, said
+
+
+def test_graphed_disable_off_or_unset_changes_nothing(emulated_backend, monkeypatch, caplog):
+    monkeypatch.setattr(_switches, "_said", set())
+    for value in ("0", "off", ""):
+        monkeypatch.setenv("GRAPHED_DISABLE", value)
+        gf = GraphedForward(lambda *, x: x + 1, device="cpu", backend=emulated_backend)
+        gf(x=torch.ones(2))
+        assert gf.stats()["enabled"] and gf.stats()["captures"] == 1
+    monkeypatch.setenv("GRAPHED_DISABLE", "maybe")
+    with caplog.at_level(logging.WARNING, logger="graphed"):
+        gf = GraphedForward(lambda *, x: x + 1, device="cpu", backend=emulated_backend)
+    assert gf.stats()["enabled"]
+    assert any("GRAPHED_DISABLE='maybe' is not one of" in r.getMessage() for r in caplog.records)
+
+
+def test_graphed_disable_reaches_a_plain_runner(emulated_backend, monkeypatch):
+    monkeypatch.setattr(_switches, "_said", set())
+    monkeypatch.setenv("GRAPHED_DISABLE", "yes")
+    with graphed.Runner(
+        "graphed_switches_test::double", device="cpu", backend=emulated_backend
+    ) as runner:
+        x = torch.randn(3)
+        (doubled,) = runner.forward("key", [x])
+        torch.testing.assert_close(doubled, x * 2, rtol=0, atol=0)
+        stats = runner.stats()
+        assert stats["disabled_reason"] == "disabled by GRAPHED_DISABLE", stats
+        assert stats["eager_calls"] == 1 and stats["captures"] == 0, stats
+
+
+def test_graphed_log_info_shows_captures_without_any_logging_setup(backend_choice):
+    child = _child(
+        "import sys, torch, graphed\n"
+        f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+        "from _backend_choice import load_emulated\n"
+        "gf = graphed.GraphedForward(lambda *, x: x + 1, device='cpu', backend=load_emulated())\n"
+        "gf(x=torch.ones(2))\n",
+        GRAPHED_LOG="info",
+    )
+    assert child.returncode == 0, child.stderr
+    assert "graphed: runner 'graphed' captured [" in child.stderr, child.stderr
+    quiet = _child(child.args[2])
+    assert quiet.returncode == 0 and "captured [" not in quiet.stderr, quiet.stderr
+
+
+def test_graphed_log_with_a_value_that_is_no_level_is_said_and_ignored():
+    child = _child(
+        "import graphed, logging\nprint(logging.getLogger('graphed').level)\n", GRAPHED_LOG="loud"
+    )
+    assert child.returncode == 0, child.stderr
+    assert "GRAPHED_LOG='loud' is not a level" in child.stderr, child.stderr
+    assert child.stdout.strip() == str(logging.NOTSET)
+
+
+def test_the_report_lists_every_live_runner_and_why_it_runs_eager(emulated_backend):
+    graphed_one = GraphedForward(
+        lambda *, x: x + 1, device="cpu", backend=emulated_backend, name="reported"
+    )
+    for _ in range(3):
+        graphed_one(x=torch.ones(2))
+    eager_one = GraphedForward(lambda *, x: x, device="cpu", enabled=False, name="switched-off")
+    eager_one(x=torch.ones(2))
+    text = graphed.report()
+    lines = text.splitlines()
+    row = next(line.split() for line in lines if line.startswith("reported "))
+    assert row[:7] == ["reported", "enabled", "1", "1", "3", "2", "0"], row
+    off = next(line for line in lines if line.startswith("switched-off "))
+    assert "eager: user" in off
+    assert "switched-off: eager calls it ran itself: disabled 1" in text
+    assert "switched-off: disabled by the caller (enabled=False)" in text
+
+
+def test_graphed_report_prints_the_table_at_exit():
+    child = _child(
+        "import torch, graphed\n"
+        "gf = graphed.GraphedForward(lambda *, x: x + 1, device='cpu', name='at-exit')\n"
+        "gf(x=torch.ones(2))\n",
+        GRAPHED_REPORT="1",
+    )
+    assert child.returncode == 0, child.stderr
+    assert "graphed: runners of this process" in child.stderr, child.stderr
+    assert "at-exit" in child.stderr, child.stderr
