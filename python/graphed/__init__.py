@@ -24,7 +24,7 @@ from ._warm_up import warm_up
 
 load_library()
 _register_fakes()
-_switches.apply_at_import()
+_switches.apply_at_import(report)
 
 __all__ = [
     "CUDAGraphedForward",

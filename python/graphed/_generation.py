@@ -168,7 +168,7 @@ class GraphedGeneration:
             raise ValueError(
                 "graphed: this model's forward (or get_compiled_call) is already replaced on the "
                 "instance (graph_generation applied twice, or another library's hook); remove that "
-                "first"
+                "first (the GraphedGeneration graph_generation returned: its .remove())"
             )
         self._api = _Transformers()
         parameters = inspect.signature(model.forward).parameters

@@ -136,7 +136,10 @@ def graph_pipeline(
         if not isinstance(module, torch.nn.Module):
             raise _not_a_module(pipe, name, module)
         if isinstance(module.__dict__.get("_compiled_call_impl"), _GraphedCall):
-            raise ValueError(f"graphed: the pipeline's {name!r} is graphed already")
+            raise ValueError(
+                f"graphed: the pipeline's {name!r} is graphed already; "
+                "graphed.ungraph_pipeline(pipe) undoes it first"
+            )
         modules[name] = module
     runners: dict[str, GraphedForward] = {}
     for name, module in modules.items():

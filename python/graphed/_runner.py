@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
-from . import _library, _ops
+from . import _arguments, _library, _ops
 from ._device_hooks import resolve_device
 from ._memory import MemoryPool, pool_id_of
 
@@ -57,6 +57,12 @@ class Runner(_ops.RunnerReports):
         )
         # A traced call runs the forward operator itself, whose fake implementation gives shapes.
         _ops.register(self._id, self, _ops.operator(forward_op))
+        # No graph will run on a device the backend cannot serve, so the core's device check (made
+        # on the way to a graph) never would: forward() makes it, as GraphedForward's eager run.
+        stats = self.stats()
+        self._checks_devices = (
+            stats["disabled_cause"] == "unavailable" and self.device.type != "cpu"
+        )
 
     @property
     def runner_id(self) -> int:
@@ -76,6 +82,11 @@ class Runner(_ops.RunnerReports):
     ) -> list[torch.Tensor]:
         """Runs the forward operator on `inputs` through a graph keyed by `key` and the inputs'
         dtypes, devices and shapes; returns its outputs (fresh tensors unless static_outputs)."""
+        if self._checks_devices:
+            for number, tensor in enumerate(inputs):
+                why = _arguments.off_device_reason(tensor, self.device, takes_cpu=False)
+                if why is not None:
+                    raise ValueError(f"graphed: input tensor {number} {why}")
         return torch.ops.graphed.forward(
             self.runner_id, key, list(inputs), list(keep_alive), pin, static_outputs
         )

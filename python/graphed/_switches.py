@@ -18,6 +18,9 @@ import atexit
 import logging
 import os
 import sys
+from collections.abc import Callable
+
+from ._observe import configured
 
 __all__ = [
     "DISABLE_ENV",
@@ -94,25 +97,22 @@ def _apply_log_level() -> None:
         )
         return
     _log.setLevel(level)
-    from ._observe import configured  # here: _observe imports nothing of this module
-
     if not configured(_log.name):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
         _log.addHandler(handler)
 
 
-def _report_at_exit() -> None:
-    from ._report import report
-
+def _report_at_exit(report: Callable[..., str]) -> None:
     try:
         report(file=sys.stderr)
     except Exception as error:  # noqa: BLE001 - at exit a report that fails must not abort it
         print(f"graphed: the report at exit failed: {error!r}", file=sys.stderr)
 
 
-def apply_at_import() -> None:
-    """GRAPHED_LOG and GRAPHED_REPORT, read once when graphed is imported."""
+def apply_at_import(report: Callable[..., str]) -> None:
+    """GRAPHED_LOG and GRAPHED_REPORT, read once when graphed is imported; `report` is
+    graphed.report (handed in: graphed._report reads the runners, which read this module)."""
     _apply_log_level()
     if _flag(REPORT_ENV):
-        atexit.register(_report_at_exit)
+        atexit.register(_report_at_exit, report)

@@ -108,3 +108,14 @@ def test_graphed_forward_forwards_attributes_and_has_a_repr():
         _ = gf.no_such_attribute
     text = repr(gf)
     assert text.startswith("GraphedForward(WithConfig, name='configured', device=cpu")
+
+
+def test_a_device_runner_without_graphs_refuses_a_cpu_input_as_graphed_forward_does():
+    # On a machine where no backend serves the device, no graph would ever run and so the core's
+    # device check never would: the runner refuses as GraphedForward does, naming the input.
+    runner = graphed.Runner("graphed_runner_api_test::double", device="cuda")
+    if runner.stats()["disabled_cause"] != "unavailable":
+        pytest.skip("a backend serves cuda here: the core checks devices itself")
+    with pytest.raises(ValueError, match=r"^graphed: input tensor 0 is on cpu; the runner is on"):
+        runner.forward("k", [torch.ones(2)])
+    runner.close()
