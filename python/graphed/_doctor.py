@@ -2,7 +2,9 @@
 command what is installed and whether it works: graphed, torch, CUDA and driver versions, the torch
 this build was made for against the running one, the backends built in and the one chosen at load
 with its reasons, the devices, and a few-second self-test (capture, replay and compare with eager
-on a tiny module; without a GPU, the eager fallback). It exits non-zero when the self-test fails,
+on a tiny module; without a GPU, the eager fallback). Where torch has CUDA but the build left the
+CUDA backend out (no nvcc of torch's CUDA version was found), it says so, why, and the one
+command that builds it. It exits non-zero when the self-test fails,
 and when graphed cannot load (a build made for another torch, a checkout never built): then it
 prints the import's message and what to do, without a traceback. A warning torch gives at its
 import about its own environment (a NumPy it cannot use) is a line of the report, not the
@@ -14,17 +16,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import json
 import logging
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import unquote, urlparse
 
 _OK, _FAIL = "pass", "FAIL"
 _DESCRIPTION = (
@@ -132,6 +138,99 @@ def driver_version() -> str:
         return version.decode() if isinstance(version, bytes) else str(version)
     except Exception:  # pynvml missing or failing: say so
         return "unknown (no nvidia-smi or pynvml answer)"
+
+
+# The nvcc wheels from PyPI that make a CUDA toolkit beside torch (site-packages/nvidia/cu<major>),
+# pinned to torch's CUDA "major.minor"; CMakeLists.txt and the README name the same four.
+_NVCC_WHEELS = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl")
+_NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
+
+
+def _nvcc_release(nvcc: Path) -> str | None:
+    """The CUDA release ("13.0") of the nvcc at `nvcc`, or None when it is not one that runs."""
+    if not nvcc.is_file():
+        return None
+    try:
+        out = subprocess.run(
+            [str(nvcc), "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = _NVCC_RELEASE.search(out)
+    return f"{found.group(1)}.{found.group(2)}" if found else None
+
+
+def nvcc_candidates(torch_dir: Path, cuda_major: str) -> list[Path]:
+    """Where the build looks for an nvcc of CUDA `cuda_major`, in its order
+    (cmake/GraphedTorchCudaHints.cmake): CUDA_HOME, CUDA_PATH, the nvcc on the PATH,
+    /usr/local/cuda, then the nvcc wheels beside torch (`torch_dir` is torch's package folder)."""
+    found = [
+        Path(os.environ[name]) / "bin" / "nvcc"
+        for name in ("CUDA_HOME", "CUDA_PATH")
+        if os.environ.get(name)
+    ]
+    on_path = shutil.which("nvcc")
+    if on_path:
+        found.append(Path(on_path))
+    found.append(Path("/usr/local/cuda/bin/nvcc"))
+    found.append(torch_dir.parent / "nvidia" / f"cu{cuda_major}" / "bin" / "nvcc")
+    return found
+
+
+def install_source() -> tuple[str, bool]:
+    """What `pip install` took graphed from, as pip recorded it (PEP 610 direct_url.json): the
+    checkout's folder (or the checkout whose build/dist held the wheel, as scripts/setup.sh
+    makes it), quoted for a shell, and whether it was an editable install; a placeholder where
+    pip recorded neither (a wheel built elsewhere)."""
+    try:
+        recorded = metadata.distribution("graphed").read_text("direct_url.json")
+        url = json.loads(recorded or "{}")
+    except (metadata.PackageNotFoundError, ValueError):
+        url = {}
+    where = urlparse(str(url.get("url", "")))
+    if where.scheme == "file":
+        path = Path(unquote(where.path))
+        for folder in [path, *path.parents[:3]]:
+            if (folder / "pyproject.toml").is_file():
+                return shlex.quote(str(folder)), bool(url.get("dir_info", {}).get("editable"))
+    return "<your graphed checkout>", False
+
+
+def cuda_left_out(
+    build_torch_cuda: str | None, backends: tuple[str, ...], torch_dir: Path
+) -> tuple[str, str] | None:
+    """Why this build has no CUDA backend although torch has CUDA `build_torch_cuda`, and the one
+    command that builds it (no GPU needed); None where the backend is built or torch has no CUDA.
+    The build leaves the backend out when it finds no nvcc of torch's CUDA major version, and pip
+    shows what the build said only with -v: this says it after the fact."""
+    if not build_torch_cuda or "cuda" in backends:
+        return None
+    major = build_torch_cuda.split(".")[0]
+    source, editable = install_source()
+    pip = f"{shlex.quote(sys.executable or 'python')} -m pip"
+    rebuild = (
+        f"{pip} install --no-build-isolation --force-reinstall --no-deps "
+        f"{'-e ' if editable else ''}{source}"
+    )
+    for nvcc in nvcc_candidates(torch_dir, major):
+        release = _nvcc_release(nvcc)
+        if release and release.split(".")[0] == major:
+            why = (
+                f"torch has CUDA {build_torch_cuda}; this build found no nvcc of CUDA {major} "
+                f"(or was made with GRAPHED_WITH_CUDA=OFF), but one is here now: {nvcc} "
+                f"(CUDA {release}). Build graphed again"
+            )
+            return why, rebuild
+    why = (
+        f"torch has CUDA {build_torch_cuda}, but no nvcc of CUDA {major} was found when graphed "
+        "was built, nor now (CUDA_HOME, CUDA_PATH, the PATH, /usr/local/cuda, the nvcc wheels "
+        "beside torch); no GPU is needed to build it"
+    )
+    if int(major) >= 13:
+        pins = " ".join(f"'{wheel}=={build_torch_cuda}.*'" for wheel in _NVCC_WHEELS)
+        return why, f"{pip} install {pins} && {rebuild}"
+    # PyPI's nvcc wheels of CUDA 12 and older unpack in another layout that the build does not use.
+    return why, f"CUDA_HOME=<a CUDA {major} toolkit> {rebuild}"
 
 
 class _Tiny:
@@ -266,9 +365,15 @@ def doctor(verbose: bool = False) -> int:
         _line("CUDA toolkit (build)", _build_info.cuda_toolkit or "none")
         _line("CUDA archs (build)", _build_info.cuda_architectures or "none")
         _line("backends built in", ", ".join(_build_info.backends) or "none (eager only)")
+        left_out = cuda_left_out(
+            _build_info.torch_cuda, tuple(_build_info.backends), Path(torch.__file__).parent
+        )
+        if left_out is not None:
+            _line("CUDA backend", "NOT BUILT (graphed runs eager; why and the fix at the end)")
         mismatch = _library.torch_mismatch(_build_info.torch_version, _build_info.torch_cuda)
         _line("torch match", f"{_FAIL}: {mismatch}" if mismatch else "yes")
     else:
+        left_out = None
         _line("build info", "missing (not a pip or cmake --install build)")
 
     try:
@@ -297,6 +402,10 @@ def doctor(verbose: bool = False) -> int:
     except Exception as error:  # noqa: BLE001 - the doctor reports every failure
         passed, detail = False, f"{type(error).__name__}: {error}"
     print(f"  {_OK if passed else _FAIL}: {detail}")
+    if left_out is not None:
+        # Last, where it is read: the build said it only under pip -v.
+        why, fix = left_out
+        print(f"\nThe CUDA backend was not built: {why}. To build it, run:\n  {fix}")
     return 0 if passed else 1
 
 
