@@ -1,35 +1,49 @@
 #!/usr/bin/env bash
-# Why this exists: proof that the README's commands work on a FRESH Debian 12 machine, not only on
-# one where things were installed by hand. It bootstraps a minimal Debian 12 (bookworm) chroot
-# once, and on every call runs, in a throw-away layer over it and in two fresh clones of the
-# checkout's committed HEAD (or REV), `bash scripts/test.sh` and then `CI=true bash .ci/run`, each
-# as root with a clean environment, and reports each run's closing lines, wall time and exit code.
+# Why this exists: proof that the README's commands work on a FRESH Debian machine (12 or 13), not
+# only on one where things were installed by hand. It bootstraps a minimal Debian chroot once, and
+# on every call runs, in a throw-away layer over it and in fresh clones of the checkout's committed
+# HEAD (or REV), the runs FRESH_MACHINE_RUNS names (by default `bash scripts/test.sh` and then
+# `CI=true bash .ci/run`), each as root with a clean environment, and reports each run's closing
+# lines, wall time and exit code.
 #
 # Usage (as root): bash scripts/fresh_machine.sh [DIR [REV]]
-#   DIR  the chroot (default: build/fresh-debian12 in this checkout; must be git-ignored there).
-#        Bootstrapped once with debootstrap and then left as bootstrapped; each call runs in a
-#        copy-on-write layer (DIR.run, an overlay over DIR), so every call starts from the same
-#        fresh machine and the next call can skip the bootstrap.
+#   DIR  the chroot (default: build/fresh-debian12, or build/fresh-debian13 for trixie, in this
+#        checkout; must be git-ignored there). Bootstrapped once with debootstrap and then left as
+#        bootstrapped; each call runs in a copy-on-write layer (DIR.run, an overlay over DIR), so
+#        every call starts from the same fresh machine and the next call can skip the bootstrap.
 #   REV  the commit to test (default HEAD); uncommitted changes are never tested.
-# Environment: FRESH_MACHINE_KEEP=1 keeps DIR.run (the used machine) after the call for a look;
-#              by default it is removed (it holds two virtualenvs with torch, about 15 GB).
-#              FRESH_MACHINE_RUNS names the runs, in order (default "test ci"): "ci" runs only
-#              `CI=true bash .ci/run` (what CI does, timed alone), "none" only bootstraps DIR.
-# Outputs: DIR/../fresh-logs/ (debootstrap, base, test.sh and .ci/run logs); exit status 0 only
-#          when both runs passed.
+# Environment: FRESH_MACHINE_SUITE: bookworm (Debian 12, the default) or trixie (Debian 13); the
+#              host's debootstrap must know the suite (Debian 12's does).
+#              FRESH_MACHINE_KEEP=1 keeps DIR.run (the used machine) after the call for a look;
+#              by default it is removed (it holds virtualenvs with torch, about 15 GB).
+#              FRESH_MACHINE_RUNS names the runs, in order (default "test ci"); a name may repeat
+#              (a second run on the used machine, as a user's second call):
+#                test     `bash scripts/test.sh` in the clone /root/graphed
+#                demo     `bash scripts/demo.sh` in the same clone (so "demo test" times the tests
+#                         after the demo, as a newcomer runs them)
+#                ci       `CI=true bash .ci/run` in a clone of its own (what CI does)
+#                install  the README's "Install into your environment" bash block, word for word
+#                         (extracted from the clone's README.md), in a clone of its own, then a
+#                         check that the installed graphed has its CUDA backend built in
+#                none     only bootstraps DIR
+# Outputs: DIR/../fresh-logs/debian12 (or debian13): debootstrap, base, and one log per run with
+#          setup.sh's logs;
+#          exit status 0 only when every run passed.
 #
 # What the fresh machine shares with the host: the Debian mirror the host's apt uses, and the
 # host's pip configuration (its files, the files they name, and read-only binds of the local
 # package directories they name), so that pip reaches the same package sources as on the host.
-# Nothing else: what setup.sh does not install is not there.
+# Nothing else: what setup.sh (or the README's install block) does not install is not there.
 set -euo pipefail
 
-SUITE=bookworm
+SUITE=${FRESH_MACHINE_SUITE:-bookworm}
 RUN_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-# A bare "Debian 12 with Python" as a user has it: minbase plus the interpreter, its venv module,
-# git to clone the project and the CA certificates to reach https. Everything else (compilers,
-# cmake, GoogleTest, clang, torch, ...) is scripts/setup.sh's job, and testing that is the point.
-BASE_PACKAGES=(python3 python3-venv git ca-certificates)
+# A bare "Debian with Python" as a user has it (a cloud image, a container): minbase plus the
+# interpreter, git to clone the project and the CA certificates to reach https. Not its venv
+# module (python3-venv), which such images lack too. Everything else (compilers, cmake,
+# GoogleTest, clang, torch, ...) is the job of scripts/setup.sh or of the README's install block,
+# and testing that is the point.
+BASE_PACKAGES=(python3 git ca-certificates)
 
 log() { printf '[fresh] %s\n' "$*"; }
 die() {
@@ -39,15 +53,24 @@ die() {
 
 ((EUID == 0)) || die "run as root (debootstrap, chroot and mount need it)"
 for tool in debootstrap chroot mount umount findmnt git python3 realpath; do
-  command -v "$tool" >/dev/null 2>&1 || die "$tool is missing (apt-get install debootstrap util-linux git python3)"
+  command -v "$tool" >/dev/null 2>&1 ||
+    die "$tool is missing (apt-get install debootstrap util-linux git python3)"
 done
 
+case $SUITE in
+  bookworm) DEBIAN=12 ;;
+  trixie) DEBIAN=13 ;;
+  *) die "FRESH_MACHINE_SUITE: '$SUITE' is not bookworm (Debian 12) or trixie (Debian 13)" ;;
+esac
+[[ -f /usr/share/debootstrap/scripts/$SUITE ]] ||
+  die "this debootstrap does not know $SUITE; install a newer one (Debian's debootstrap package)"
+
 CHECKOUT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-DIR=$(realpath -m -- "${1:-$CHECKOUT/build/fresh-debian12}")
+DIR=$(realpath -m -- "${1:-$CHECKOUT/build/fresh-debian$DEBIAN}")
 REV=${2:-HEAD}
 RUN=$DIR.run              # the per-call copy-on-write layer and its mount point
 ROOT=$RUN/root            # where each call's machine is mounted
-LOGS=$(dirname "$DIR")/fresh-logs
+LOGS=$(dirname "$DIR")/fresh-logs/debian$DEBIAN   # one folder per Debian release
 OWNER_MARK=.fresh-machine-owner   # this script made the directory and may empty it
 BASE_MARK=.fresh-machine-base     # the bootstrap and the base packages completed
 
@@ -59,8 +82,8 @@ fi
 COMMIT=$(git -C "$CHECKOUT" rev-parse --verify "$REV^{commit}") || die "no commit '$REV'"
 read -r -a RUNS <<<"${FRESH_MACHINE_RUNS:-test ci}"
 for label in "${RUNS[@]}"; do
-  [[ $label == test || $label == ci || $label == none ]] ||
-    die "FRESH_MACHINE_RUNS: '$label' is not one of test, ci, none"
+  [[ $label =~ ^(test|demo|ci|install|none)$ ]] ||
+    die "FRESH_MACHINE_RUNS: '$label' is not one of test, demo, ci, install, none"
 done
 
 # -- guards: every rm -rf and umount goes through these ------------------------------------------
@@ -85,7 +108,8 @@ end_processes_in() {
   root=$(realpath -m -- "$1")
   for signal in TERM KILL; do
     for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-      [[ $(readlink "/proc/$pid/root" 2>/dev/null) == "$root" ]] && kill "-$signal" "$pid" 2>/dev/null
+      [[ $(readlink "/proc/$pid/root" 2>/dev/null) == "$root" ]] &&
+        kill "-$signal" "$pid" 2>/dev/null
     done
     sleep 1
   done
@@ -110,7 +134,8 @@ safe_rm_tree() {
   tree=$(realpath -m -- "$1")
   is_ours "$tree" || die "refusing to remove $tree: not inside $DIR or $RUN"
   [[ -e $tree ]] || return 0
-  [[ -f $tree/$OWNER_MARK ]] || die "refusing to remove $tree: it has no $OWNER_MARK (not made here)"
+  [[ -f $tree/$OWNER_MARK ]] ||
+    die "refusing to remove $tree: it has no $OWNER_MARK (not made here)"
   [[ -z $(mounts_under "$tree") ]] || die "refusing to remove $tree: something is mounted under it"
   rm -rf --one-file-system -- "$tree"
 }
@@ -250,7 +275,9 @@ bootstrap() {
     "$(date -u +%FT%TZ)" >"$DIR/$BASE_MARK"
 }
 
-if [[ -f $DIR/$BASE_MARK ]]; then
+# A bootstrap of another suite or with other base packages (this script changed) is made again.
+if [[ -f $DIR/$BASE_MARK ]] && grep -qxF "suite $SUITE" "$DIR/$BASE_MARK" &&
+  grep -qxF "packages ${BASE_PACKAGES[*]}" "$DIR/$BASE_MARK"; then
   log "reusing the bootstrapped $DIR ($(paste -sd, "$DIR/$BASE_MARK"))"
 else
   bootstrap
@@ -321,7 +348,8 @@ for line in listing.splitlines():
 from_files = {(key, value) for origin, key, value in settings if origin != ":env:"}
 for origin, key, value in settings:
     if origin == ":env:" and (key, value) not in from_files:
-        print("NOTE", f"PIP_{key.upper().replace('-', '_')} is set only in the host's environment; not carried")
+        name = "PIP_" + key.upper().replace("-", "_")
+        print("NOTE", f"{name} is set only in the host's environment; not carried")
 
 
 def local_path(item):
@@ -398,11 +426,13 @@ carry_pip_config() {
 }
 carry_pip_config
 
-# -- the two runs --------------------------------------------------------------------------------
-# Fresh clone of $COMMIT at $1 inside the chroot, with no remote pointing back at the host.
+# -- the runs ----------------------------------------------------------------------------------
+# Fresh clone of $COMMIT at $1 inside the chroot, with no remote pointing back at the host; a
+# clone already there (an earlier run of this call) is kept, as a user keeps their checkout.
 clone_into_chroot() {
   local target=$ROOT$1
   is_within "$target" "$ROOT" || die "clone target $target is outside the chroot"
+  [[ -d $target/.git ]] && return 0
   git clone --quiet --no-hardlinks --no-checkout "$CHECKOUT" "$target"
   git -C "$target" cat-file -e "$COMMIT^{commit}" 2>/dev/null ||
     git -C "$target" fetch --quiet "$CHECKOUT" "$COMMIT"
@@ -418,13 +448,15 @@ stamp_lines() {
   done
 }
 
+# Each run's name (its label, with -2, -3, ... for a repeat), exit code and wall time, in order.
+RUN_NAMES=()
 declare -A RUN_RC RUN_TIME
-# Runs command $3... in clone $2 inside the chroot, as root with a clean environment; label $1.
+# Runs command $3... in clone $2 inside the chroot, as root with a clean environment; name $1.
 run_in_chroot() {
-  local label=$1 workdir=$2
+  local name=$1 workdir=$2
   shift 2
-  local logfile=$LOGS/$label.log started rc
-  log "$label: in $workdir: $* (log: $logfile)"
+  local logfile=$LOGS/$name.log started rc
+  log "$name: in $workdir: $* (log: $logfile)"
   started=$SECONDS
   set +e
   chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=$RUN_PATH CI=true \
@@ -432,43 +464,102 @@ run_in_chroot() {
     stamp_lines >"$logfile"
   rc=${PIPESTATUS[0]}
   set -e
-  RUN_RC[$label]=$rc
-  RUN_TIME[$label]=$((SECONDS - started))
+  RUN_NAMES+=("$name")
+  RUN_RC[$name]=$rc
+  RUN_TIME[$name]=$((SECONDS - started))
   # setup.sh's own logs (apt, pip, the build) go with this run's log.
   local extra
   for extra in "$ROOT$workdir"/build/setup-logs/*.log; do
-    [[ -f $extra ]] && cp -- "$extra" "$LOGS/$label.$(basename "$extra")"
+    [[ -f $extra ]] && cp -- "$extra" "$LOGS/$name.$(basename "$extra")"
   done
-  log "$label: exit $rc after ${RUN_TIME[$label]} s; phases (time since start):"
-  grep -E '^\[[0-9:]+\] (\[setup\] (apt-get install|pip install|building|ready)|== )' "$logfile" |
-    sed 's/^/    /' || true
-  log "$label: closing lines:"
+  log "$name: exit $rc after ${RUN_TIME[$name]} s; phases (time since start):"
+  # setup.sh's steps, test.sh's sections, the install block's commands (set -x) and its check.
+  local phases='\[setup\] (apt-get install|pip install|building|ready)|== |\[install\]'
+  phases+='|\+ (sudo|apt-get|python3?|pip|\.) '
+  grep -E "^\[[0-9:]+\] ($phases)" "$logfile" | sed 's/^/    /' || true
+  log "$name: closing lines:"
   tail -n 15 "$logfile" | sed 's/^/    /'
 }
 
-log "testing commit $COMMIT"
+# The README's "Install into your environment" section's first bash block, from README $1: what a
+# user pastes. Printed as it stands; empty when the section or its block is missing.
+readme_install_block() {
+  awk '
+    /^## / { in_section = ($0 == "## Install into your environment") }
+    in_section && !done && /^```bash$/ { in_block = 1; next }
+    in_block && /^```$/ { in_block = 0; done = 1; next }
+    in_block { print }
+  ' "$1"
+}
+
+# Writes, at $1 inside the chroot, a script that runs the README block of clone $2 as a user
+# pastes it (each command echoed, stopping at the first that fails) and then checks that the
+# graphed it installed imports from outside the checkout with the CUDA backend built in.
+write_install_run() {
+  local script=$ROOT$1 block
+  block=$(readme_install_block "$ROOT$2/README.md")
+  [[ -n $block ]] ||
+    die "README.md of $COMMIT has no bash block under '## Install into your environment'"
+  {
+    echo '# Written by fresh_machine.sh: the README install block of the commit under test.'
+    echo 'set -ex -o pipefail'
+    echo '# A fresh Debian has no sudo; as root the block'"'"'s `sudo` is the command itself.'
+    echo 'command -v sudo >/dev/null 2>&1 || sudo() { "$@"; }'
+    printf '%s\n' "$block"
+    cat <<'CHECK'
+set +x
+cd /
+python - <<'PY'
+import sys
+
+import graphed
+import graphed._build_info as info
+
+built = ", ".join(info.backends) or "none"
+print(f"[install] graphed {graphed.__version__} from {graphed.__file__}")
+print(f"[install] backends built in: {built}; backend at load: {graphed.backend()[0]}")
+if "cuda" not in info.backends:
+    sys.exit("[install] FAIL: the CUDA backend was not built (python -m graphed says why)")
+print("[install] PASS: the README's install block built graphed with its CUDA backend")
+PY
+CHECK
+  } >"$script"
+  log "install: the README block under test:"
+  printf '%s\n' "$block" | sed 's/^/    /'
+}
+
+log "testing commit $COMMIT on Debian $DEBIAN ($SUITE)"
+declare -A SEEN
 for label in "${RUNS[@]}"; do
+  [[ $label == none ]] && continue
+  SEEN[$label]=$((${SEEN[$label]:-0} + 1))
+  name=$label
+  ((SEEN[$label] == 1)) || name=$label-${SEEN[$label]}
   case $label in
-    test)
+    test | demo)
       clone_into_chroot /root/graphed
-      run_in_chroot test /root/graphed bash scripts/test.sh
+      run_in_chroot "$name" /root/graphed bash "scripts/$label.sh"
       ;;
     ci)
       clone_into_chroot /root/graphed-ci
-      run_in_chroot ci /root/graphed-ci bash .ci/run
+      run_in_chroot "$name" /root/graphed-ci bash .ci/run
+      ;;
+    install)
+      clone_into_chroot /root/graphed-install
+      write_install_run /root/install-run.sh /root/graphed-install
+      run_in_chroot "$name" /root/graphed-install bash /root/install-run.sh
       ;;
   esac
 done
 
 log "disk used by this call's machine (the layer over $DIR): $(du -sxh "$RUN/upper" | cut -f1)"
 status=0
-for label in "${RUNS[@]}"; do
-  [[ $label == none ]] && continue
-  log "$label: exit ${RUN_RC[$label]}, ${RUN_TIME[$label]} s"
-  ((RUN_RC[$label] == 0)) || status=1
+for name in "${RUN_NAMES[@]}"; do
+  log "$name: exit ${RUN_RC[$name]}, ${RUN_TIME[$name]} s"
+  ((RUN_RC[$name] == 0)) || status=1
 done
 if ((status == 0)); then
-  log "PASS: ${RUNS[*]} passed on a fresh Debian 12"
+  log "PASS: ${RUNS[*]} passed on a fresh Debian $DEBIAN ($SUITE)"
 else
   log "FAIL: see $LOGS"
 fi
