@@ -13,6 +13,24 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 
+# Waits for background process $1 (what it does: $2, its log: $3), saying every 30 s, as setup.sh
+# does, what it is still waiting for and, for a CMake build, how far it is ([done/all] steps);
+# returns the process's exit status. $3 may be a folder (logs of several steps).
+wait_saying() {
+  local pid=$1 what=$2 logfile=$3 started=$SECONDS next=30 at rc=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if ((SECONDS - started >= next)) && kill -0 "$pid" 2>/dev/null; then
+      at=$(grep -Eo '^\[[0-9]+/[0-9]+\]' "$logfile" 2>/dev/null | tail -n 1 || true)
+      echo "[test] ... waiting for $what ($((SECONDS - started)) s${at:+, at $at};" \
+        "log: ${logfile#"$ROOT"/})"
+      next=$((next + 30))
+    fi
+  done
+  wait "$pid" || rc=$?
+  return "$rc"
+}
+
 bash scripts/setup.sh --tests
 
 # -- the installed package -----------------------------------------------------------------------
@@ -94,10 +112,16 @@ fi
 echo
 echo "== sanitizers and fuzzing =="
 sanitize_rc=0
-wait "$sanitize_build_pid" || sanitize_rc=$?
+if kill -0 "$sanitize_build_pid" 2>/dev/null; then
+  echo "[test] the sanitizer build (started before pytest) is still compiling; its tests follow"
+fi
+wait_saying "$sanitize_build_pid" "the sanitizer build" "$ROOT/build/sanitize/cmake.log" ||
+  sanitize_rc=$?
 cat "$sanitize_build_log"
 if ((sanitize_rc == 0)); then
-  (cd "$ROOT" && SANITIZE_PHASE=run SANITIZE_REPORTS=$reports bash scripts/sanitize.sh 60) ||
+  # Its steps print their counts only when each ends: said every 30 s meanwhile.
+  (cd "$ROOT" && SANITIZE_PHASE=run SANITIZE_REPORTS=$reports bash scripts/sanitize.sh 60) &
+  wait_saying $! "the sanitized ctest, pytest and fuzz runs" "$ROOT/build/sanitize/" ||
     sanitize_rc=$?
 fi
 if ((sanitize_rc != 0)); then
