@@ -29,6 +29,18 @@ def _child(program: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+def _one_call(options: str) -> str:
+    """A child's program: one GraphedForward made with `options` (load_emulated() may name the
+    test plugin's backend), called once."""
+    return (
+        "import sys, torch, graphed\n"
+        f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+        "from _backend_choice import load_emulated\n"
+        f"gf = graphed.GraphedForward(lambda *, x: x + 1, device='cpu', {options})\n"
+        "gf(x=torch.ones(2))\n"
+    )
+
+
 def test_graphed_disable_makes_every_runner_eager_with_eagers_results(
     emulated_backend, monkeypatch, caplog
 ):
@@ -81,11 +93,7 @@ def test_graphed_disable_reaches_a_plain_runner(emulated_backend, monkeypatch):
 
 def test_graphed_log_info_shows_captures_without_any_logging_setup(backend_choice):
     child = _child(
-        "import sys, torch, graphed\n"
-        f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
-        "from _backend_choice import load_emulated\n"
-        "gf = graphed.GraphedForward(lambda *, x: x + 1, device='cpu', backend=load_emulated())\n"
-        "gf(x=torch.ones(2))\n",
+        _one_call("backend=load_emulated()"),
         GRAPHED_LOG="info",
     )
     assert child.returncode == 0, child.stderr
@@ -123,9 +131,7 @@ def test_the_report_lists_every_live_runner_and_why_it_runs_eager(emulated_backe
 
 def test_graphed_report_prints_the_table_at_exit():
     child = _child(
-        "import torch, graphed\n"
-        "gf = graphed.GraphedForward(lambda *, x: x + 1, device='cpu', name='at-exit')\n"
-        "gf(x=torch.ones(2))\n",
+        _one_call("name='at-exit'"),
         GRAPHED_REPORT="1",
     )
     assert child.returncode == 0, child.stderr
