@@ -200,7 +200,9 @@ class GraphedGeneration:
         self._held: OrderedDict[int, _Held] = OrderedDict()  # by serial, least recent first
         self._lock = threading.RLock()
         self._warned: set[str] = set()
-        self._on_cuda = self.graphed.device.type == "cuda"
+        # Streams to order the held tensors' work by: only where a CUDA device answers (on a machine
+        # without one, asking for a stream would hide graphed's own error behind torch's).
+        self._on_cuda = self.graphed.device.type == "cuda" and torch.cuda.is_available()
         self.eager_forwards = 0
         self.api_mismatches = 0
         self.cache_adoptions = 0

@@ -682,3 +682,16 @@ def test_a_decode_step_that_cannot_be_captured_runs_eagerly_unless_regions_are_a
         assert described == []
     else:
         assert any(entry["state"] == "graphed" for entry in described), described
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a CUDA device")
+def test_a_cuda_runner_on_a_machine_without_a_gpu_raises_grapheds_own_error():
+    """generate() on a CPU model graphed for "cuda" where no GPU answers: graphed's ValueError
+    naming the input on the CPU, not torch's "no NVIDIA driver" from a stream asked for on the
+    way out."""
+    model = _build(FAMILIES["llama"], "cpu")
+    prompt = _prompt(model, "cpu", 1)
+    graphed.graph_generation(model, device="cuda")
+    with pytest.raises(ValueError, match="is on cpu; the runner is on cuda") as raised:
+        _generate(model, prompt, cache_implementation="static")
+    assert "NVIDIA driver" not in repr(raised.value.__context__)
