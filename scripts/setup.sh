@@ -9,8 +9,10 @@
 # Usage: bash scripts/setup.sh [--tests]
 #   --tests  what only the tests need as well (test.sh passes it): GoogleTest, clang's fuzzer and
 #            sanitizer runtimes, the pinned diffusers and transformers the third-party model tests
-#            run (and their newest releases in .venv-newest, about 0.2 GB), and the XPU test tools. Without it (the demo) none of these is installed, and the
-#            GoogleTest suites are built only when GoogleTest is already there.
+#            run (and their newest releases in .venv-newest, about 0.2 GB), and the XPU test
+#            tools. Without it (the demo) none of these is installed, and the GoogleTest suites
+#            are built only when GoogleTest is already there. The tests after the demo keep the
+#            demo's CMake build (build/wheel) and compile only what they add.
 # CUDA: the CUDA backend needs an nvcc of torch's CUDA major version (torch 2.14.1: CUDA 13.0),
 # which Debian does not ship. Where none is found (the PATH, CUDA_HOME, /usr/local/cuda), the
 # nvcc wheels of torch's CUDA version come from PyPI into .venv and the build uses them; no GPU is
@@ -176,7 +178,8 @@ if ! venv_complete; then
   # A CUDA build of torch unpacks to about 5.5 GB; pip's own message when it runs out is an OSError
   # halfway through, so say it first.
   if (($(free_gib "$VENV") < 6)); then
-    die "$(free_gib "$VENV") GiB free under $VENV; torch==$TORCH_VERSION needs about 6: free some space"
+    die "$(free_gib "$VENV") GiB free under $VENV; torch==$TORCH_VERSION needs about 6:" \
+      "free some space"
   fi
   log "pip install torch==$TORCH_VERSION pytest numpy ruff scikit-build-core" \
     "(torch is large: a few minutes)"
@@ -190,10 +193,11 @@ fi
 # emulated backend in every test run; their own dependencies come with them.
 TEST_PACKAGES=(diffusers==0.42.1 transformers==5.17.0 accelerate==1.15.0 peft==0.21.2)
 # The newest releases of the same four that install (transformers 5.25.0 needs kernels>=0.19.1,
-# which did not install here when this was written): test.sh runs the third-party tests on them too, so that what
-# users install today is tested beside the pins. They go into .venv-newest, a virtualenv that sees
-# .venv's packages (torch, graphed) through a .pth file, so that only what differs is installed
-# (about 0.2 GB, not a second torch). Raise these pins when a newer release appears.
+# which did not install here when this was written): test.sh runs the third-party tests on them
+# too, so that what users install today is tested beside the pins. They go into .venv-newest, a
+# virtualenv that sees .venv's packages (torch, graphed) through a .pth file, so that only what
+# differs is installed (about 0.2 GB, not a second torch). Raise these pins when a newer release
+# appears.
 NEWEST_PACKAGES=(diffusers==0.42.1 transformers==5.24.0 accelerate==1.16.0 peft==0.21.2)
 NEWEST=$ROOT/.venv-newest
 # Succeeds when interpreter $1 has the versions named in $2... ("name==1.2.3" exactly, or
@@ -286,7 +290,8 @@ install_xpu_test_tools() {
       >"$LOGS/apt-xpu.log" 2>&1; then
       xpu_tools_new=1 # CMake looks for the tools again
     else
-      log "note: some xpu test tools did not install (see build/setup-logs/apt-xpu.log); those tests skip"
+      log "note: some xpu test tools did not install (see build/setup-logs/apt-xpu.log);" \
+        "those tests skip"
     fi
   fi
   local tools=$ROOT/.venv-xpu
@@ -294,7 +299,8 @@ install_xpu_test_tools() {
     return
   fi
   if (($(free_gib "$ROOT") < 4)); then
-    log "note: $(free_gib "$ROOT") GiB free; the xpu PyPI tools (1.5 GB) are left out and their tests skip"
+    log "note: $(free_gib "$ROOT") GiB free; the xpu PyPI tools (1.5 GB) are left out and" \
+      "their tests skip"
     return
   fi
   log "pip install intel-sycl-rt intel-opencl-rt into $tools (xpu tests; about 1.5 GB)"
@@ -303,7 +309,8 @@ install_xpu_test_tools() {
       intel-sycl-rt==2026.2.0 intel-opencl-rt==2026.2.0) >"$LOGS/pip-xpu.log" 2>&1; then
     xpu_tools_new=1
   else
-    log "note: the xpu PyPI tools did not install (see build/setup-logs/pip-xpu.log); those tests skip"
+    log "note: the xpu PyPI tools did not install (see build/setup-logs/pip-xpu.log);" \
+      "those tests skip"
   fi
 }
 xpu_tools_new=0
