@@ -408,7 +408,13 @@ elif ((xpu_tools_new)) && [[ -f $BUILD/CMakeCache.txt ]]; then
   # but keeps what it found (clang where clang-15 is now there too): every tool and header path
   # it cached is dropped from the cache, and the configure looks for each anew.
   log "XPU test tools installed: the CMake build in build/wheel looks for its tools again"
-  sed -i -E '/^GRAPHED_[A-Z0-9_]+:(FILE)?PATH=/d' "$BUILD/CMakeCache.txt"
+  # Each entry goes with the "//" lines that document it: CMake refuses a comment left alone.
+  awk '
+    /^\/\// { doc = doc $0 "\n"; next }
+    /^GRAPHED_[A-Z0-9_]+:(FILE)?PATH=/ { doc = ""; next }
+    { printf "%s%s\n", doc, $0; doc = "" }
+  ' "$BUILD/CMakeCache.txt" >"$BUILD/CMakeCache.txt.new"
+  mv "$BUILD/CMakeCache.txt.new" "$BUILD/CMakeCache.txt"
 fi
 tests=OFF
 if have_gtest; then
