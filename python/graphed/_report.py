@@ -65,7 +65,7 @@ def report(file: TextIO | None = None) -> str:
     else:
         widths = [max(len(row[i]) for row in (_COLUMNS, *rows)) for i in range(len(_COLUMNS))]
         lines = [
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
             for row in (_COLUMNS, *rows)
         ]
         text = "\n".join(["graphed: runners of this process", *lines, *details]) + "\n"
