@@ -46,6 +46,10 @@ typedef struct gf_entry {
   gf_input_sharing inputs_shareable;
   void *user; /* the host's own data for the entry (NULL: none), released with the entry through
                * gf_host.release_user; the CPython entry keeps the entry's output template here */
+  void *inventory;  /* what its capture reads besides its pools (gf_forward_report.inventory), or
+                     * NULL; released with the entry through gf_host.release_inventory */
+  size_t externals; /* how many tensors the inventory watches */
+  size_t staged;    /* how many host constants its capture staged */
   struct gf_entry *lru_newer;
   struct gf_entry *lru_older;
   struct gf_entry *bucket_next;

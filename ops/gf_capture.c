@@ -364,9 +364,13 @@ static gf_status gf_runner_capture(gf_runner *runner, gf_entry *entry, const gf_
     status = gf_runner_capture_copy_node(runner, GF_COPY_INPUTS, entry, &folded_inputs, err);
   }
   if (status == GF_OK) {
+    gf_forward_report report;
     status = gf_runner_run_forward(runner, GF_PHASE_CAPTURE, entry->static_inputs.tensors,
                                    entry->static_inputs.count, &entry->static_outputs, mutated,
-                                   NULL, err);
+                                   &report, err);
+    entry->inventory = report.inventory; /* released with the entry, whatever happens next */
+    entry->externals = report.externals;
+    entry->staged = report.staged;
   }
   runner->pool_bytes += entry->static_outputs.bytes;
   if (status == GF_OK) {

@@ -34,19 +34,23 @@ typedef enum gf_event_kind {
                           * on runs: count captures so far, message */
   GF_EVENT_THRASH = 4,   /* unguarded, captures keep evicting (said once, after the capture that
                           * showed it): count captures so far, message */
+  GF_EVENT_STALE = 5,    /* a graph was dropped before a replay because it would read memory
+                          * freed since its capture (Note [A graph's externals], gf_runner.c):
+                          * message names it, count stale drops so far, inputs the entry's */
 } gf_event_kind;
 
-enum { GF_EVENT_KINDS = 5 };
+enum { GF_EVENT_KINDS = 6 };
 
 typedef struct gf_event {
   gf_event_kind kind;
-  const char *message;     /* DISABLED, CHURN: a sentence; else "" */
+  const char *message;     /* DISABLED, CHURN, THRASH, STALE: a sentence; else "" */
   double seconds;          /* CAPTURED: warm-ups, capture and instantiation, wall clock */
   int64_t device_bytes;    /* CAPTURED: device memory in use after minus before (-1: unknown) */
   int64_t reserved_bytes;  /* CAPTURED: device memory the allocator holds, after minus before */
   int64_t static_bytes;    /* CAPTURED, EVICTED: the entry's static inputs and outputs */
-  uint64_t count;          /* CHURN: captures so far */
-  const gf_tensor *inputs; /* CAPTURED, EVICTED: the entry's static inputs (shapes, dtypes) */
+  uint64_t count;          /* CHURN, THRASH: captures so far; STALE: stale drops so far */
+  const gf_tensor *inputs; /* CAPTURED, EVICTED, STALE: the entry's static inputs (shapes, dtypes)
+                            */
   size_t input_count;
 } gf_event;
 
@@ -73,6 +77,15 @@ typedef struct gf_forward_report {
    * of a key be answered from its last warm-up (Note [The first call from its last warm-up],
    * gf_warm_up_answer.c). */
   int kept_state;
+  /* CAPTURE only: the host's record of what the captured work reads that neither an input, an
+   * output nor a keep_alive tensor holds (a tensor read from a global or a plain object, a host
+   * constant staged for the capture), or NULL: nothing to watch. A capture that succeeds moves it
+   * into its entry (gf_entry.inventory); the core releases it with release_inventory otherwise.
+   * Before each replay the core asks inventory_stale whether the graph would read memory that was
+   * freed since (Note [A graph's externals], gf_runner.c). */
+  void *inventory;
+  size_t externals; /* with inventory: how many tensors it watches */
+  size_t staged;    /* with inventory: how many host constants the capture staged */
 } gf_forward_report;
 
 typedef struct gf_host {
@@ -99,6 +112,12 @@ typedef struct gf_host {
    * gf_call_options.served) when the entry goes: evicted, dropped by reset or disable, or
    * with the runner. Without it user data is never released. */
   void (*release_user)(void *context, void *user);
+  /* Optional, with release_inventory: 1 when the entry's inventory (gf_forward_report.inventory)
+   * says the graph would read freed memory, with *which naming it (valid until the inventory is
+   * released), else 0. Called before every replay of an entry that has one: it must cost no more
+   * than a load or two per tensor the inventory watches. */
+  int (*inventory_stale)(void *context, void *inventory, const char **which);
+  void (*release_inventory)(void *context, void *inventory);
   /* Optional: told of captures, evictions, churn and the disable (see gf_event). */
   void (*notify)(void *context, const gf_event *event);
   /* Called when the runner is destroyed: frees context. May be NULL. */

@@ -198,6 +198,7 @@ void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
   stats->churn_eager_calls = runner->churn.eager_calls;
   stats->churn_guarding = runner->churn.guarding;
   stats->hits = runner->hits;
+  stats->stale_drops = runner->stale_drops;
   const gf_backend *backend = runner->backend;
   stats->pool_reserved_bytes =
       backend->pool_bytes_reserved != NULL
@@ -207,6 +208,8 @@ void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats) {
    * entries, as stats is read rarely and keeps nothing on the call path. */
   stats->shared_input_bytes = 0;
   for (const gf_entry *entry = runner->cache.newest; entry != NULL; entry = entry->lru_older) {
+    stats->externals += entry->externals;
+    stats->staged_constants += entry->staged;
     for (size_t i = 0; i < entry->static_inputs.count; ++i) {
       if (gf_entry_input_holder(entry, i, entry->lru_newer, 1) != NULL) {
         stats->shared_input_bytes += gf_tensor_nbytes(&entry->static_inputs.tensors[i]);
@@ -290,6 +293,58 @@ static gf_status gf_runner_check_inputs(const gf_runner *runner, const gf_tensor
   return GF_OK;
 }
 
+/* Note [A graph's externals]
+ * Q: A forward reads a tensor that is neither an input, a keep_alive tensor nor its module's state
+ *    (a global, a plain object's attribute), and its graph replays that tensor's address. What
+ *    if the program rebinds it and the old tensor is freed?
+ * A: The host listed such tensors at the capture (gf_forward_report.inventory; graphed._inventory
+ *    in Python) and holds each weakly. Before a replay the core asks the host whether one of them
+ *    was freed or moved since; if so the entry is dropped (the host told, GF_EVENT_STALE, with the
+ *    tensor named) and the key captured again, so the call reads what eager reads; the churn
+ *    guard is not asked (a key seen before is no new traffic). Eight such drops in a row with no
+ *    replay between disable the runner (cause
+ *    recapture_limit): a tensor rebound at every call would cost a capture at every call. A
+ *    tensor rebound while the old one lives on elsewhere cannot be seen this way (the graph reads
+ *    the old one); docs/api.md says what to do. */
+enum { GF_STALE_LIMIT = 8 };
+
+/* The entry of the call's key, or NULL: none, or one dropped because it would read freed memory
+ * (Note [A graph's externals]; *dropped set to 1). */
+static gf_entry *gf_runner_lookup_live(gf_runner *runner, int *dropped) {
+  gf_entry *entry = gf_cache_lookup(&runner->cache, &runner->scratch_signature);
+  const char *which = NULL;
+  *dropped = 0;
+  if (entry == NULL || entry->inventory == NULL || runner->host.inventory_stale == NULL ||
+      !runner->host.inventory_stale(runner->host.context, entry->inventory, &which)) {
+    runner->stale_in_a_row = entry != NULL ? 0 : runner->stale_in_a_row;
+    return entry;
+  }
+  *dropped = 1;
+  runner->stale_drops++;
+  runner->stale_in_a_row++;
+  char named[200]; /* `which` goes with the inventory */
+  snprintf(named, sizeof named, "%s", which != NULL ? which : "a tensor");
+  char message[GF_REASON_CAPACITY];
+  snprintf(message, sizeof message,
+           "graphed: a graph was dropped and its key captured again: %s, which its capture read "
+           "from outside the kwargs and the module, was freed since",
+           named);
+  gf_event stale = gf_entry_event(GF_EVENT_STALE, entry);
+  stale.message = message;
+  stale.count = runner->stale_drops;
+  gf_runner_notify(runner, &stale);
+  gf_cache_remove(&runner->cache, entry);
+  if (runner->stale_in_a_row >= GF_STALE_LIMIT) {
+    snprintf(message, sizeof message,
+             "tensors the forward reads from outside its kwargs and module were freed before %d "
+             "replays in a row (the last: %s), so every call would capture again: pass such "
+             "tensors as kwargs or register them as buffers",
+             GF_STALE_LIMIT, named);
+    gf_runner_fail(runner, GF_CAUSE_RECAPTURE_LIMIT, message);
+  }
+  return NULL;
+}
+
 gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
                          const gf_tensor *inputs, size_t input_count, const gf_tensor *keep_alive,
                          size_t keep_alive_count, const gf_call_options *options, gf_pool *results,
@@ -321,10 +376,14 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
   if (status != GF_OK) {
     return status;
   }
-  gf_entry *entry = gf_cache_lookup(&runner->cache, &runner->scratch_signature);
+  int dropped = 0;
+  gf_entry *entry = gf_runner_lookup_live(runner, &dropped);
+  if (!runner->enabled) { /* its externals kept being freed (Note [A graph's externals]) */
+    return gf_runner_run_eager(runner, inputs, input_count, options, results, err);
+  }
   if (entry == NULL) {
     int report = 0;
-    if (gf_runner_holds_back_new_key(runner, &report)) {
+    if (!dropped && gf_runner_holds_back_new_key(runner, &report)) {
       return gf_runner_run_held_back(runner, report, inputs, input_count, options, results, err);
     }
     status = gf_runner_capture_and_replay(runner, inputs, input_count, keep_alive, keep_alive_count,
@@ -366,6 +425,8 @@ void gf_runner_visit_entries(const gf_runner *runner, gf_entry_visit_fn visit, v
     info.folded = entry->folded;
     info.mutated_count = entry->mutated_count;
     info.shared_input_bytes = gf_runner_shared_input_bytes(runner, entry);
+    info.externals = entry->externals;
+    info.staged = entry->staged;
     visit(context, &info);
   }
 }

@@ -61,6 +61,11 @@ typedef struct gf_runner_stats {
   uint64_t churn_eager_calls; /* calls of new keys the churn guard ran eager (in eager_calls too) */
   int churn_guarding;         /* the churn guard holds new keys back now */
   uint64_t hits;              /* calls served by a graph an earlier call captured */
+  /* graphs dropped before a replay because a tensor their capture read from outside the kwargs
+   * and the module was freed since (Note [A graph's externals], gf_runner.c) */
+  uint64_t stale_drops;
+  uint64_t externals;        /* over the resident entries: tensors read from outside (watched) */
+  uint64_t staged_constants; /* over the resident entries: host constants their captures staged */
 } gf_runner_stats;
 
 typedef struct gf_runner gf_runner;
@@ -155,6 +160,8 @@ typedef struct gf_entry_info {
   int folded;                 /* a replay is one launch */
   size_t mutated_count;       /* inputs it writes back */
   int64_t shared_input_bytes; /* its static inputs that another resident entry holds too */
+  size_t externals;           /* tensors its capture read from outside kwargs and module */
+  size_t staged;              /* host constants its capture staged */
 } gf_entry_info;
 
 typedef void (*gf_entry_visit_fn)(void *context, const gf_entry_info *info);

@@ -58,6 +58,8 @@ struct gf_runner {
   uint64_t replays;
   uint64_t hits; /* calls served by a graph captured by an earlier call */
   uint64_t eager_calls;
+  uint64_t stale_drops;    /* entries dropped before a replay: an external was freed */
+  unsigned stale_in_a_row; /* such drops with no replay between (Note [A graph's externals]) */
   int64_t pool_bytes;
   int64_t graph_bytes;
 };
@@ -202,6 +204,13 @@ static inline gf_status gf_runner_copy_nonempty(gf_runner *runner, gf_copy *copi
                                      err);
 }
 
+/* Gives an inventory (gf_forward_report.inventory) back to the host that made it. */
+static inline void gf_runner_release_inventory(gf_runner *runner, void *inventory) {
+  if (inventory != NULL && runner->host.release_inventory != NULL) {
+    runner->host.release_inventory(runner->host.context, inventory);
+  }
+}
+
 /* Every run of the forward goes through here: the report zeroed before (gf_forward_report: zero
  * means nothing known) and read after, where a host's judgement of a failure becomes its status
  * (Note [The forward's own error], gf_capture.c, says what each means). `report` may be NULL when
@@ -212,9 +221,13 @@ static inline gf_status gf_runner_run_forward(gf_runner *runner, gf_forward_phas
                                               gf_forward_report *report, gf_error *err) {
   gf_forward_report unread;
   gf_forward_report *filled = report != NULL ? report : &unread;
-  *filled = (gf_forward_report){GF_FORWARD_ERROR_NONE, 0};
+  *filled = (gf_forward_report){GF_FORWARD_ERROR_NONE, 0, NULL, 0, 0};
   gf_status status = runner->host.run_forward(runner->host.context, phase, inputs, count, outputs,
                                               mutated, filled, err);
+  if (filled->inventory != NULL && (status != GF_OK || filled == &unread)) {
+    gf_runner_release_inventory(runner, filled->inventory); /* nothing will watch it */
+    filled->inventory = NULL;
+  }
   if (status != GF_OK && filled->error == GF_FORWARD_ERROR_OWN) {
     status = err->code = GF_ERR_FORWARD;
   } else if (status != GF_OK && filled->error == GF_FORWARD_ERROR_DEVICE_MEMORY) {

@@ -32,6 +32,8 @@ void gf_runner_release_entry(void *context, gf_entry *entry) {
     runner->host.release_user(runner->host.context, entry->user);
   }
   entry->user = NULL;
+  gf_runner_release_inventory(runner, entry->inventory);
+  entry->inventory = NULL;
 }
 
 /* gf_runner_internal.h: the first line of `text`, without the "graphed: " a message of the core

@@ -45,6 +45,7 @@ static int gf_call_state_traverse(gf_call_state *state, visitproc visit, void *a
   Py_VISIT(state->recorded);
   Py_VISIT(state->rebuild);
   Py_VISIT(state->last_key);
+  Py_VISIT(state->run_inventory);
   return 0;
 }
 
@@ -56,6 +57,7 @@ static int gf_call_state_clear(gf_call_state *state) {
   Py_CLEAR(state->recorded);
   Py_CLEAR(state->rebuild);
   Py_CLEAR(state->last_key);
+  Py_CLEAR(state->run_inventory);
   return 0;
 }
 
@@ -118,6 +120,26 @@ static PyObject *gf_call_state_record_error(gf_call_state *state, PyObject *cons
 static PyObject *gf_call_state_record_kept_state(gf_call_state *state, PyObject *unused) {
   (void)unused;
   state->run_kept_state = 1;
+  Py_RETURN_NONE;
+}
+
+/* record_inventory(externals, names, staged): what the capture now running read besides its
+ * inputs, outputs and module state (graphed._inventory): the external tensors, a name for each,
+ * and the pinned host buffers its staged copies read. The direct forward makes the run's
+ * gf_forward_report.inventory of them when the run returns (pyext/gf_model_hooks.cpp). */
+static PyObject *gf_call_state_record_inventory(gf_call_state *state, PyObject *const *args,
+                                                Py_ssize_t nargs) {
+  if (nargs != 3 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2]) ||
+      PyList_GET_SIZE(args[0]) != PyList_GET_SIZE(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "CallState.record_inventory(externals: list[Tensor], "
+                                     "names: list[str] (one per external), staged: list[Tensor])");
+    return NULL;
+  }
+  PyObject *inventory = PyTuple_Pack(3, args[0], args[1], args[2]);
+  if (inventory == NULL) {
+    return NULL;
+  }
+  Py_XSETREF(state->run_inventory, inventory);
   Py_RETURN_NONE;
 }
 
@@ -214,6 +236,9 @@ static PyMethodDef gf_call_state_methods[] = {
     {"record_kept_state", (PyCFunction)gf_call_state_record_kept_state, METH_NOARGS,
      "record_kept_state(): the forward now running changed no state besides its inputs and "
      "outputs, so its outputs may answer the capturing call"},
+    {"record_inventory", (PyCFunction)(void (*)(void))gf_call_state_record_inventory, METH_FASTCALL,
+     "record_inventory(externals, names, staged): what the capture now running read from outside "
+     "its inputs and module (weakly watched before each replay) and the pinned buffers it staged"},
     {"record_template", (PyCFunction)gf_call_state_record_template, METH_O,
      "record_template(template): the output template of the forward's latest run in the call"},
     {NULL, NULL, 0, NULL},

@@ -39,7 +39,8 @@ extern "C" {
  *   rebuild    callable(template, outputs), given to the constructor.
  *   last_key   bytes, the key of the latest fast-path call (NULL before one), reused by the next
  *              call whose walk gives the same bytes (gf_fastcall.c).
- *   run_error, run_kept_state  what the forward now running reports (gf_forward_report,
+ *   run_error, run_kept_state, run_inventory  what the forward now running reports
+ *              (gf_forward_report,
  *              ops/gf_host.h): written by record_error (kind 1 or 2) and record_kept_state while
  *              it runs, zeroed before and read after each run by the direct forward
  *              (pyext/gf_model_hooks.cpp), which copies them into the run's report; an outer
@@ -98,6 +99,7 @@ typedef struct gf_call_state {
   struct gf_baked *baked;
   int run_error;      /* a gf_forward_error */
   int run_kept_state; /* 1: the run now in flight changed no state besides its inputs and outputs */
+  PyObject *run_inventory; /* NULL, or (externals, names, staged) the capture now running read */
 } gf_call_state;
 
 /* The CallState type (gf_call_state.c). */

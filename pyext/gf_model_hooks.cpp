@@ -12,12 +12,14 @@
 //    frees; now nothing is registered, and both hooks go with the runner. What a run reports
 //    besides its outputs travels in one record, gf_forward_report (ops/gf_host.h): the Python
 //    layer leaves its facts on the CallState while the forward runs (record_error's kind,
-//    record_kept_state), and the hook copies them into the report when the run returns. A fact
+//    record_kept_state, record_inventory), and the hook copies them into the report when the run
+//    returns (an inventory made into the shim's CaptureInventory, which holds no Python). A fact
 //    added later is a CallState field, a line here and a field of the report: three files.
 //    graphed.Runner and the C++ tests keep an operator host (a forward they registered).
 #include "gf_model_hooks.h"
 
 #include "gf_shim_host.h"
+#include "gf_shim_inventory.h"
 #include "gf_shim_registry.h"
 #include "gf_torch_errors.h"
 
@@ -114,22 +116,58 @@ struct OwnedObject {
 class RunFacts {
 public:
   explicit RunFacts(gf_call_state *state)
-      : state_(state), outer_error_(state->run_error), outer_kept_state_(state->run_kept_state) {
+      : state_(state), outer_error_(state->run_error), outer_kept_state_(state->run_kept_state),
+        outer_inventory_(state->run_inventory) {
     state_->run_error = GF_FORWARD_ERROR_NONE;
     state_->run_kept_state = 0;
+    state_->run_inventory = nullptr;
   }
   RunFacts(const RunFacts &) = delete;
   RunFacts &operator=(const RunFacts &) = delete;
   ~RunFacts() {
     state_->run_error = outer_error_;
     state_->run_kept_state = outer_kept_state_;
+    Py_XSETREF(state_->run_inventory, outer_inventory_);
   }
 
 private:
   gf_call_state *state_;
   int outer_error_;
   int outer_kept_state_;
+  PyObject *outer_inventory_; // owned while this run's replaces it
 };
+
+// The shim's CaptureInventory of what a capture recorded (CallState.record_inventory's lists,
+// checked there), or nullptr when it recorded nothing; a C++ exception for a list item of the
+// wrong type (the caller turns it into a status).
+graphed::CaptureInventory *inventory_of(PyObject *recorded) {
+  if (recorded == nullptr) {
+    return nullptr;
+  }
+  PyObject *externals = PyTuple_GET_ITEM(recorded, 0);
+  PyObject *names = PyTuple_GET_ITEM(recorded, 1);
+  PyObject *staged = PyTuple_GET_ITEM(recorded, 2);
+  auto inventory = std::make_unique<graphed::CaptureInventory>();
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(externals); ++i) {
+    PyObject *tensor = PyList_GET_ITEM(externals, i);
+    PyObject *name = PyList_GET_ITEM(names, i);
+    TORCH_CHECK_TYPE(THPVariable_Check(tensor) && PyUnicode_Check(name),
+                     "graphed: record_inventory's externals are tensors, each with a str name");
+    const char *text = PyUnicode_AsUTF8(name);
+    if (text == nullptr) {
+      PyErr_Clear();
+      text = "a tensor";
+    }
+    const c10::Storage &storage = THPVariable_Unpack(tensor).storage();
+    inventory->externals.push_back({storage.getWeakStorageImpl(), storage.data(), text});
+  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(staged); ++i) {
+    PyObject *tensor = PyList_GET_ITEM(staged, i);
+    TORCH_CHECK_TYPE(THPVariable_Check(tensor), "graphed: record_inventory's staged are tensors");
+    inventory->staged.push_back(THPVariable_Unpack(tensor));
+  }
+  return inventory->externals.empty() && inventory->staged.empty() ? nullptr : inventory.release();
+}
 
 // One run, holding the interpreter's lock.
 gf_status run_forward_holding_gil(const ModelHooks &hooks, const std::vector<at::Tensor> &inputs,
@@ -155,6 +193,12 @@ gf_status run_forward_holding_gil(const ModelHooks &hooks, const std::vector<at:
   }
   gf_status status = tensors_of_result(hooks, result.object, outputs, err);
   report->kept_state = status == GF_OK && state->run_kept_state != 0;
+  if (status == GF_OK) {
+    graphed::CaptureInventory *inventory = inventory_of(state->run_inventory);
+    report->inventory = inventory;
+    report->externals = inventory != nullptr ? inventory->externals.size() : 0;
+    report->staged = inventory != nullptr ? inventory->staged.size() : 0;
+  }
   return status;
 }
 

@@ -5,6 +5,7 @@
 #include "gf_torch_errors.h"
 
 #include "gf_shim_group.h"
+#include "gf_shim_inventory.h"
 #include "gf_shim_registry.h"
 #include "gf_shim_tensor.h"
 
@@ -226,6 +227,9 @@ void host_notify(void *context, const gf_event *event) {
   case GF_EVENT_THRASH:
     kind = "thrash";
     break;
+  case GF_EVENT_STALE:
+    kind = "stale";
+    break;
   }
   if (kind == nullptr) {
     return; // a kind this shim does not know yet: said to no observer, never as another kind
@@ -262,6 +266,14 @@ void host_release_user(void *, void *user) {
   if (release != nullptr) {
     release(user);
   }
+}
+
+int host_inventory_stale(void *, void *inventory, const char **which) {
+  return inventory_stale(*static_cast<const CaptureInventory *>(inventory), which);
+}
+
+void host_release_inventory(void *, void *inventory) {
+  delete static_cast<CaptureInventory *>(inventory); // tensors only: no interpreter needed
 }
 
 void host_destroy(void *context) { delete host_context(context); }
@@ -314,6 +326,8 @@ gf_host make_torch_host(HostContext *context) {
   host.agree = context->agrees() ? host_agree : nullptr; // no group: no agreement
   host.release = host_release;
   host.release_user = host_release_user;
+  host.inventory_stale = host_inventory_stale;
+  host.release_inventory = host_release_inventory;
   host.warn = host_warn;
   host.notify = host_notify;
   host.destroy = host_destroy;

@@ -282,7 +282,10 @@ const char *const kStatNames[] = {"graphs",
                                   "pool_reserved_bytes",
                                   "churn_eager_calls",
                                   "churn_guarding",
-                                  "hits"};
+                                  "hits",
+                                  "stale_drops",
+                                  "externals",
+                                  "staged_constants"};
 
 std::vector<std::string> stat_names_op() {
   return std::vector<std::string>(std::begin(kStatNames), std::end(kStatNames));
@@ -309,8 +312,11 @@ stats_op(int64_t runner_id) {
                                 stats.pool_reserved_bytes,
                                 static_cast<int64_t>(stats.churn_eager_calls),
                                 stats.churn_guarding,
-                                static_cast<int64_t>(stats.hits)};
-  static_assert(sizeof kStatNames / sizeof kStatNames[0] == 14, "a name for every counter");
+                                static_cast<int64_t>(stats.hits),
+                                static_cast<int64_t>(stats.stale_drops),
+                                static_cast<int64_t>(stats.externals),
+                                static_cast<int64_t>(stats.staged_constants)};
+  static_assert(sizeof kStatNames / sizeof kStatNames[0] == 17, "a name for every counter");
   return {counters, gf_runner_backend_name(slot->runner), gf_runner_disabled_reason(slot->runner),
           gf_disable_cause_name(gf_runner_disabled_cause(slot->runner))};
 }
@@ -343,11 +349,13 @@ void destroy_op(int64_t runner_id) {
 // One row per resident entry, most recently used first: its key (hex), input shapes, replays,
 // static bytes, device bytes its capture took (-1: unknown), pinned, folded, written-back inputs,
 // static input bytes it shares with another entry, device bytes its capture added to what the
-// allocator holds (-1: unknown), seconds its capture took.
+// allocator holds (-1: unknown), seconds its capture took, tensors its capture read from outside
+// the kwargs and the module, host constants its capture staged.
 using EntryRows = std::tuple<std::vector<std::string>, std::vector<std::string>,
                              std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
                              std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
-                             std::vector<int64_t>, std::vector<int64_t>, std::vector<double>>;
+                             std::vector<int64_t>, std::vector<int64_t>, std::vector<double>,
+                             std::vector<int64_t>, std::vector<int64_t>>;
 
 // The names of entries' columns, in their order: Python reads them through entry_fields.
 const char *const kEntryFields[] = {"key",
@@ -360,7 +368,9 @@ const char *const kEntryFields[] = {"key",
                                     "written_back",
                                     "shared_input_bytes",
                                     "reserved_bytes",
-                                    "capture_seconds"};
+                                    "capture_seconds",
+                                    "externals",
+                                    "staged"};
 static_assert(sizeof kEntryFields / sizeof kEntryFields[0] == std::tuple_size<EntryRows>::value,
               "a name for every column");
 
@@ -388,6 +398,8 @@ void add_entry_row(void *context, const gf_entry_info *info) {
   std::get<8>(rows).push_back(info->shared_input_bytes);
   std::get<9>(rows).push_back(info->reserved_bytes);
   std::get<10>(rows).push_back(info->capture_seconds);
+  std::get<11>(rows).push_back(static_cast<int64_t>(info->externals));
+  std::get<12>(rows).push_back(static_cast<int64_t>(info->staged));
 }
 
 EntryRows entries_op(int64_t runner_id) {
@@ -454,7 +466,7 @@ TORCH_LIBRARY(graphed, m) {
   m.def("forward_phase() -> int", &graphed::forward_phase_op);
   m.def("observer_schema() -> str", &graphed::observer_schema_op);
   m.def("entries(int runner) -> (str[], str[], int[], int[], int[], int[], int[], int[], int[], "
-        "int[], float[])",
+        "int[], float[], int[], int[])",
         &graphed::entries_op);
   m.def("entry_fields() -> str[]", &graphed::entry_fields_op);
 }

@@ -11,6 +11,7 @@ from ._fake import register_fakes as _register_fakes
 from ._forward import GraphedForward
 from ._generation import GraphedGeneration, graph_generation
 from ._graph_regions import GraphedRegions, graph_regions
+from ._inventory import inventory
 from ._library import backend, library_path, load_library
 from ._memory import MemoryPool, memory_table
 from ._pipelines import graph_pipeline, ungraph_pipeline
@@ -42,6 +43,7 @@ __all__ = [
     "graph_generation",
     "graph_pipeline",
     "graph_regions",
+    "inventory",
     "kwargs_signature",
     "library_path",
     "load_library",

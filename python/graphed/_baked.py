@@ -397,6 +397,7 @@ class Watch:
             [*restored, *tensors],
             list(baked.by_kind["parameter"]),
             lambda after_first_run: self._rebound(module, after_first_run),
+            baked.tensors,
         )
 
     def _rebound(self, module: torch.nn.Module, first_run: bool) -> list[str]:

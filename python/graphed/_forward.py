@@ -144,21 +144,19 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self._bind_positional = functools.partial(
             _arguments.bind_positional, self.name, self._positional_names, limit
         )
-        # What the host's forward and eager runs call: the module, or a region's original forward
-        # (graphed._regions), while `module` stays what the watch watches.
+        # What the host's forward and eager runs call: the module, or a region's original
+        # forward (graphed._regions); `module` stays what the watch watches.
         self._forward_call = forward
         self._regions: _regions.Regions | None = None
-        # The call in flight, set by both C entry points under the runner's lock (see
-        # pyext/gf_fastcall.c); each cache entry holds its own output template.
+        # The call in flight, set by both C entry points under the runner's lock (gf_fastcall.c).
         self._call_state = _fastcall.CallState(rebuild_output)
         self._watch = Watch(self._call_state)
-        self._runs = _phases.ForwardRuns(self.name, self._call_state)
+        self._runs = _phases.ForwardRuns(self.name, self._call_state, self.device.type)
         # The kwargs of the latest calls without a graph, for the churn guard's warning.
         self._new_keys = NewKeys(kwargs_of)
         # How deep this runner's forward runs on this thread now (graphed._reentry).
         self._forwards_here = ReentryDepth()
-        # Disabled for good (the switch _turn_off flips), settled once (_settle_disable), and
-        # whether the next call makes regions.
+        # Disabled for good (_turn_off), settled once (_settle_disable), next call makes regions.
         self._disabled = self._disable_settled = self._split_due = False
         verification = options.verification
         # None: no call is compared with eager; else what compares those the entries sample.
@@ -345,7 +343,9 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             with (
                 self._forwards_here,
                 _eager.run_context(self, core_run=True),
-                runs.forward_in_phase(phase, lambda: watch.state_to_keep(state.held, self.module)),
+                runs.forward_in_phase(
+                    phase, lambda: watch.state_to_keep(state.held, self.module), inputs
+                ),
             ):
                 result = self._forward_call(**kwargs)
             # An output graphed cannot rebuild is the forward's own error too: a TypeError the
@@ -361,7 +361,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             _log.debug("the forward of %s raised", self.name, exc_info=True)
             raise
         state.record_template(template)
-        runs.check_template(phase, template)
+        runs.check_template(phase, template, tensors)
         if settles_state:
             changed = watch.settle(self.module)
             if changed:

@@ -5,6 +5,8 @@ log turns the events into log records.
 
 - INFO per capture: runner, key summary (dtypes and shapes), seconds, device memory.
 - DEBUG per eviction.
+- INFO per graph dropped before a replay because a tensor it read from outside its kwargs and
+  module was freed ("stale": Note [A graph's externals], ops/gf_runner.c), naming the tensor.
 - WARNING once when the churn guard starts (new keys keep coming and none comes back), naming the
   kwargs that keep changing (graphed._churn) and the shapes of the latest keys; INFO when it
   starts again later. The core tells the start before the call it started on runs, so it is said
@@ -134,6 +136,8 @@ class RunnerLog:
             )
         elif kind == "evicted":
             _log.debug("%s evicted [%s] (%s)", self.name, shapes, _mib(static_bytes))
+        elif kind == "stale":
+            _log.info("%s: [%s] %s", self.name, shapes, message)
         elif kind == "churn":
             self.churn_pending = message
         elif kind == "thrash":  # unguarded captures that keep evicting: said now

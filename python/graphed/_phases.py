@@ -38,6 +38,7 @@ a traced call), so no two of its runs overlap, on any thread.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import warnings
@@ -46,6 +47,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ._inventory import Inventory, storages
 from ._native import _graphed_fastcall as _fastcall
 from ._tree import TreeSpec
 
@@ -121,6 +123,9 @@ class StateToKeep(NamedTuple):
     restored: list[torch.Tensor]
     parameters: list[tuple[str, torch.Tensor]]
     rebound: Callable[[bool], list[str]] | None
+    # Every tensor the watch follows (those above and the tensors the module's containers hold):
+    # what a capture's inventory counts as module state (graphed._inventory).
+    watched: list[torch.Tensor] = []
 
 
 class _Snapshot:
@@ -249,24 +254,44 @@ class ForwardRuns:
     whether what cannot be put back was named. GraphedForward holds one and its forward operator
     alone uses it, under the runner's lock."""
 
-    def __init__(self, name: str, call_state: Any) -> None:
+    def __init__(self, name: str, call_state: Any, device_type: str) -> None:
         self.name = name
         self.call_state = call_state  # the GraphedForward's CallState (pyext/gf_call_state.h)
+        self.inventory = Inventory(name, device_type)
+        # The capture whose forward returned and whose inventory waits for its outputs.
+        self.capture_in_flight: tuple[Any, list[torch.Tensor]] | None = None
         self.snapshot: _Snapshot | None = None
         self.templates: list[Any] | None = None
         self.side_effects_named = False
 
     @contextlib.contextmanager
-    def forward_in_phase(self, phase: int, state: Callable[[], StateToKeep]) -> Iterator[None]:
+    def forward_in_phase(
+        self, phase: int, state: Callable[[], StateToKeep], inputs: list[torch.Tensor]
+    ) -> Iterator[None]:
         """Runs one forward of the core as `phase` requires: capture-aware answers during probe
         and warm-ups, and state tensors put back after each warm-up. `state` is called only when
-        a capture's warm-ups start; what a warm-up changed that cannot be put back is named
-        (name_side_effects), and a warm-up that changed nothing says so to the core (kept_state).
-        A capture, an eager run (after a failed probe) or a forward that raised ends it, so that
-        the next capture's warm-ups copy the state as it is then."""
-        if phase not in (PHASE_PROBE, PHASE_WARMUP):
+        a capture's warm-ups start, and for the capture's inventory; what a warm-up changed that
+        cannot be put back is named (name_side_effects), and a warm-up that changed nothing says
+        so to the core (kept_state). A capture, an eager run (after a failed probe) or a forward
+        that raised ends it, so that the next capture's warm-ups copy the state as it is then.
+        Every run but an eager one runs under the runner's InventoryMode (graphed._inventory):
+        host constants staged, and the capture's reads recorded."""
+        if phase == PHASE_EAGER:
             self.snapshot = None
             yield
+            return
+        known = None
+        if phase == PHASE_CAPTURE:
+            kept = state()
+            parameters = (tensor for _, tensor in kept.parameters)
+            known = storages(itertools.chain(inputs, kept.restored, parameters, kept.watched))
+        mode = self.inventory.mode(self.call_state.key, known)
+        if phase == PHASE_CAPTURE:
+            self.snapshot = None
+            with mode:
+                yield
+            # Finished with the forward's outputs (check_template), which are not external.
+            self.capture_in_flight = mode, inputs
             return
         snapshot = self.snapshot
         if snapshot is None:
@@ -275,11 +300,13 @@ class ForwardRuns:
         _local.as_if_capturing = True
         try:
             if phase == PHASE_PROBE:
-                with _counting_syncs() as found:
+                with _counting_syncs() as found, mode:
                     yield
                 _probe_verdict(found)
             else:
-                yield
+                with mode:
+                    yield
+            self.inventory.finish(mode, self.call_state, "", [])
         except BaseException:
             self.snapshot = None
             raise
@@ -321,10 +348,16 @@ class ForwardRuns:
             ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else ""),
         )
 
-    def check_template(self, phase: int, template: Any) -> None:
+    def check_template(self, phase: int, template: Any, outputs: list[torch.Tensor]) -> None:
         """Records the output template of each run before a capture and, at the capture, raises
         the capture failure that names the first non-tensor output that differed between runs
-        of the key (see the module docstring)."""
+        of the key (see the module docstring); a capture's inventory is finished here, with its
+        outputs (graphed._inventory)."""
+        in_flight, self.capture_in_flight = self.capture_in_flight, None
+        if in_flight is not None and phase == PHASE_CAPTURE:
+            mode, inputs = in_flight
+            shapes = ", ".join(f"{str(t.dtype)[6:]}{list(t.shape)}" for t in inputs)
+            self.inventory.finish(mode, self.call_state, shapes, outputs)
         if phase in (PHASE_PROBE, PHASE_WARMUP):
             if self.templates is None:
                 self.templates = []

@@ -30,6 +30,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ._eager import VERIFY, run_eagerly
+from ._inventory import inventory
 
 VERIFY_ENV = "GRAPHED_VERIFY"
 VERIFY_EVERY_ENV = "GRAPHED_VERIFY_EVERY"
@@ -139,6 +140,14 @@ class Verifier:
             else f"call {served} of a graph (one in {verification.every} sampled)"
         )
         reason = f"verify: {which} differed from eager {difference}"
+        read = sorted({name for record in inventory(runner) for name in record["externals"]})
+        if read:  # the one staleness graphed cannot see itself (graphed._inventory)
+            reason += (
+                f"; its capture read tensors from outside the kwargs and the module ({read[0]}"
+                f"{f' and {len(read) - 1} more' if len(read) > 1 else ''}): one re-bound while "
+                "the old tensor stays alive is read as it was. Pass it as a kwarg or register "
+                "it as a buffer"
+            )
         # Said once: the disable's own report (graphed._observe) names the reason.
         runner.disable(reason, "verify")
         return expected

@@ -481,7 +481,10 @@ class ReadsAHiddenTensor(torch.nn.Module):
 def _stale_after_capture(gf: GraphedForward, module: ReadsAHiddenTensor, device: str) -> None:
     x = torch.ones(2, 4, device=device)
     gf(x)
-    module.holder.offset = torch.ones(4, device=device)  # unseen: the graph reads the old tensor
+    # Re-bound while the old tensor stays alive elsewhere: the one change graphed's inventory of
+    # externals cannot see (the graph reads the old tensor, which was not freed); verify can.
+    module.holder.previous = module.holder.offset
+    module.holder.offset = torch.ones(4, device=device)
     return x
 
 
