@@ -21,7 +21,13 @@ from baselines import capture_bare, passthrough_op
 from methods import HOST_COST_METHODS
 from seed_wrapper import SeedGraphedForward
 from timing import HostClock, host_cost_interleaved, throughput_us
-from workloads import Alternating, FirstPlusOne, WeightedFirstPlusOne, with_lora_adapters
+from workloads import (
+    Alternating,
+    FirstPlusOne,
+    FirstPlusOneReadingExternals,
+    WeightedFirstPlusOne,
+    with_lora_adapters,
+)
 
 __all__ = ["run_host_cost"]
 
@@ -85,6 +91,12 @@ def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
         module, device=device, name=f"host-k{k}-cpu", cpu_inputs="to_device"
     )
     xs_one_on_cpu = [*xs[:-1], xs[-1].cpu()] if k > 1 else xs
+    # Four tensors read from a plain object: each capture's externals, checked before each
+    # replay (two loads each) where the build has the check; the difference from "graphed" is
+    # that check plus four more kernels in the graph, which an older build times alike.
+    externals = graphed.GraphedForward(
+        FirstPlusOneReadingExternals(device), device=device, name=f"host-k{k}-externals"
+    )
 
     def optional(method: str, make: Callable[[], Any]) -> Any:
         """A runner only some builds or machines can make (peft absent, an older graphed
@@ -118,6 +130,7 @@ def _build_gpu_methods(k: int, device: torch.device) -> tuple[dict, dict, dict]:
         "graphed_weights": functools.partial(weighted, xs=xs),
         "graphed_positional": functools.partial(weighted, xs),
         "graphed_cpu_input": functools.partial(staging, xs=xs_one_on_cpu),
+        "graphed_externals": functools.partial(externals, xs=xs),
         # None where `optional` could not make the runner: dropped with the problems below.
         "graphed_lora": _with_xs(with_lora, xs),
         "graphed_verify_unsampled": _with_xs(sampling, xs),

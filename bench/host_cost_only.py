@@ -18,7 +18,7 @@ from timing import choose_host_clock, gc_paused
 
 RATIO_METHODS = (
     "graphed", "graphed_changing", "graphed_op", "graphed_python", "graphed_positional",
-    "graphed_weights", "graphed_lora", "graphed_verify_unsampled",
+    "graphed_weights", "graphed_lora", "graphed_verify_unsampled", "graphed_externals",
 )  # fmt: skip
 
 

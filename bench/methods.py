@@ -28,6 +28,7 @@ HOST_COST_METHODS = {
     "graphed_weights": "GraphedForward, module of 300 parameters (the watch)",
     "graphed_positional": "GraphedForward, same module, xs positional",
     "graphed_cpu_input": "GraphedForward cpu_inputs='to_device', one xs on the CPU",
+    "graphed_externals": "GraphedForward, four tensors read from a plain object (externals)",
     "graphed_lora": "GraphedForward, same module, LoRA (peft, rank 16) on 96 projections",
     "graphed_verify_unsampled": "GraphedForward verify_every=2**40 (a call not sampled)",
     "graphed_verify_sampled": "GraphedForward verify_every=1 (every call sampled: eager + compare)",

@@ -69,6 +69,9 @@ POSITIONAL_K = 32
 # What staging one CPU input (cpu_inputs="to_device") may add to a call: the copy to the device
 # itself, and nothing of the failed fast call, exception and Python walk it once cost.
 CPU_INPUT_LIMIT_US = 5.0
+# What checking four externals before a replay may add (graphed._inventory; Note [A graph's
+# externals]): two loads each; the row's graph also holds four more tiny kernels.
+EXTERNALS_LIMIT_US = 0.3
 
 
 # What watching the state of LoRA adapters (peft, rank 16) on a DiT's 96 attention projections
@@ -130,6 +133,10 @@ def _added_cost_targets(results: dict) -> list[dict]:
                       f"one CPU input staged on the device adds <= {CPU_INPUT_LIMIT_US:g} us a "
                       "call, every K",
                       "graphed_cpu_input", "graphed", CPU_INPUT_LIMIT_US),
+        _added_target(results, "externals",
+                      f"four externals checked before each replay add <= {EXTERNALS_LIMIT_US:g} "
+                      "us a call, every K",
+                      "graphed_externals", "graphed", EXTERNALS_LIMIT_US),
         _added_target(results, "verify_unsampled",
                       f"verify_every adds <= {UNSAMPLED_LIMIT_US:g} us to a call it does not "
                       "sample, every K",

@@ -29,6 +29,7 @@ __all__ = [
     "SIZES",
     "Alternating",
     "FirstPlusOne",
+    "FirstPlusOneReadingExternals",
     "build_model",
     "config_dict",
     "dit_config",
@@ -52,6 +53,20 @@ class FirstPlusOne(nn.Module):
 
     def forward(self, *, xs: list[torch.Tensor]) -> torch.Tensor:
         return xs[0] + 1
+
+
+class FirstPlusOneReadingExternals(nn.Module):
+    """FirstPlusOne that also adds four tensors a plain object holds (zeros: the same result), so
+    that each capture has four externals (graphed._inventory) its replays check first."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.holder = type("Holder", (), {})()
+        self.holder.tables = tuple(torch.zeros(8, device=device) for _ in range(4))
+
+    def forward(self, *, xs: list[torch.Tensor]) -> torch.Tensor:
+        a, b, c, d = self.holder.tables
+        return xs[0] + 1 + a + b + c + d
 
 
 class WeightedFirstPlusOne(nn.Module):

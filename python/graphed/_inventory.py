@@ -9,12 +9,13 @@ warms up and captures a forward, an InventoryMode is active on that thread: a To
 which sees every tensor Python hands to torch and the calls where a host value becomes a device
 tensor (`torch.tensor(..., device=)` and indexing by a Python list copy below any dispatch mode).
 
-- Host constants are staged. A copy to the device of a CPU tensor in pageable memory (`.to(dev)`,
-  `.cuda()`, `copy_`, `torch.tensor` or `torch.as_tensor` with a device, indexing a device tensor
-  by a Python list of ints or by a CPU tensor, assigning a CPU tensor into one) synchronizes, so a
-  capture refuses it and the sync probe fails on it. Each is made from a pinned copy of the host
-  tensor instead, asynchronously; the capture's pinned buffers live as long as its graph (the
-  core releases them with it), and every replay copies their values again. Such a constant is
+- Host constants are staged (said once per runner, at INFO). A copy to the device of a CPU
+  tensor in pageable memory (`.to(dev)`, `.cuda()`, `copy_`, `torch.tensor` or `torch.as_tensor`
+  with a device, indexing a device tensor by a Python list of ints or by a CPU tensor, assigning a
+  CPU tensor into one) synchronizes, so a capture refuses it and the sync probe fails on it.
+  Each is made from a pinned copy of the host tensor instead, asynchronously; the capture's
+  pinned buffers live as long as its graph (the core releases them with it), and every replay
+  copies their values again. Such a constant is
   then fixed per key, as a Python value is: the capture's values are compared with its last
   warm-up's, and one that differs (a host tensor made from random numbers or the clock) fails the
   capture, naming where it was copied. A capture without a warm-up before it (warmup_iters=0,
@@ -95,19 +96,26 @@ def _same_bytes(before: torch.Tensor, now: torch.Tensor) -> bool:
 class Staging:
     """The host constants of the runs before one capture: those of the run now going (`current`)
     and of the run before it (`previous`), for the same call key; each a pinned host tensor with
-    where it was copied."""
+    where it was copied. Buffers no run needs any more are `retired` and let go only when a run
+    that is no capture begins: freeing a pinned block records an event on the streams that used
+    it, which must not happen while a stream is being captured."""
 
     def __init__(self) -> None:
         self.key: Any = None
         self.previous: list[tuple[torch.Tensor, str]] = []
         self.current: list[tuple[torch.Tensor, str]] = []
+        self.retired: list[list[tuple[torch.Tensor, str]]] = []
 
-    def begin(self, key: Any) -> None:
+    def begin(self, key: Any, capturing: bool) -> None:
+        if not capturing:
+            self.retired = []
         if key != self.key:
+            self.retired.append(self.previous)
             self.key, self.previous = key, []
         self.current = []
 
     def end(self) -> None:
+        self.retired.append(self.previous)
         self.previous, self.current = self.current, []
 
 
@@ -318,11 +326,12 @@ class Inventory:
         self.staging = Staging()
         self.records: collections.OrderedDict[Any, dict] = collections.OrderedDict()
         self.warned = False
+        self.staging_said = False
 
     def mode(self, key: Any, known: set[int] | None) -> InventoryMode:
         """The mode for one run before a capture (known is None) or for the capture (the
         storages of its inputs and of what the watch follows)."""
-        self.staging.begin(key)
+        self.staging.begin(key, capturing=known is not None)
         reads = _Reads(self.device_type, known) if known is not None else None
         return InventoryMode(self.device_type, self.staging, reads)
 
@@ -352,6 +361,14 @@ class Inventory:
             [name for _, name in externals],
             [tensor for tensor, _ in staged],
         )
+        if staged and not self.staging_said:
+            self.staging_said = True
+            _log.info(
+                "runner '%s': the capture staged %d host constant(s) through pinned memory (%s)",
+                self.name,
+                len(staged),
+                "; ".join(record["staged"][:4]) + (" and more" if len(staged) > 4 else ""),
+            )
         if externals and not self.warned:
             self.warned = True
             _log.warning(
