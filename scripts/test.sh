@@ -95,7 +95,8 @@ fi
 echo
 echo "== pytest: third-party tests on the newest transformers, diffusers, accelerate, peft =="
 THIRD_PARTY_TESTS=(test_generate.py test_third_party_models.py test_diffusers_pipelines.py
-  test_changed_state.py test_owned_cache.py test_containers.py test_lora.py)
+  test_changed_state.py test_owned_cache.py test_containers.py test_lora.py
+  test_host_constant_models.py)
 newest_rc=0
 GRAPHED_EXPECT_INSTALLED=1 "$ROOT/.venv-newest/bin/python" -m pytest \
   "${THIRD_PARTY_TESTS[@]/#/$ROOT/tests/python/}" -m "not gpu" \

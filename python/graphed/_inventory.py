@@ -69,6 +69,11 @@ def _where() -> tuple[str, Any]:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}", frame
 
 
+def where_outside_libraries() -> str:
+    """ "file:line" of the innermost frame of the calling thread outside torch and graphed."""
+    return _where()[0]
+
+
 def _describe(tensor: torch.Tensor) -> str:
     return f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -47,7 +48,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ._inventory import Inventory, storages
+from ._inventory import Inventory, storages, where_outside_libraries
 from ._native import _graphed_fastcall as _fastcall
 from ._tree import TreeSpec
 
@@ -75,6 +76,7 @@ def error_kind(raised: BaseException, phase: int) -> int:
 _SYNC_WARNING = _fastcall.SYNC_WARNING
 
 _log = logging.getLogger("graphed")
+_PACKAGE_DIR = os.path.dirname(__file__)
 # Per thread, because each is about the thread: `as_if_capturing` is what
 # is_current_stream_capturing answers on this thread (the core runs this thread's forward for a
 # capture; another thread's forward is not captured), and `syncs_found` collects the sync warnings
@@ -183,7 +185,9 @@ _sync_filter: Any = None
 def _count_or_show(message, category, filename, lineno, file=None, line=None):
     found = getattr(_local, "syncs_found", None)
     if found is not None and str(message).startswith(_SYNC_WARNING):
-        found.append(f"{filename}:{lineno}")
+        # An operator graphed's InventoryMode called for the forward: the forward's own line.
+        own = str(filename).startswith(_PACKAGE_DIR)
+        found.append(where_outside_libraries() if own else f"{filename}:{lineno}")
         return
     _shown_before(message, category, filename, lineno, file, line)
 
