@@ -38,6 +38,7 @@ import collections
 import logging
 import os
 import sys
+import threading
 import weakref
 from typing import Any
 
@@ -70,8 +71,32 @@ def _where() -> tuple[str, Any]:
 
 
 def where_outside_libraries() -> str:
-    """ "file:line" of the innermost frame of the calling thread outside torch and graphed."""
+    """The "file:line" of the innermost frame of this thread outside torch and graphed."""
     return _where()[0]
+
+
+# The torch function this thread's InventoryMode called last, and the names of those that read
+# device values on the host or copy host values to the device, for the sync probe's message.
+_calling = threading.local()
+_HOST_READS = frozenset(
+    "item tolist nonzero __bool__ __int__ __float__ __index__ cpu numpy any all equal unique "
+    "masked_select repeat_interleave bincount argwhere".split()
+)
+_HOST_COPIES = frozenset("to cuda copy_ tensor as_tensor __getitem__ __setitem__".split())
+
+
+def synchronizing_call() -> str:
+    """What the torch function the mode called when a synchronization was met is: " (X: a read
+    of device values on the host ...)", " (X: a copy from the host that graphed could not
+    stage)" or " (X)"."""
+    name = getattr(getattr(_calling, "func", None), "__name__", None)
+    if name is None:
+        return ""
+    if name in _HOST_READS:
+        return f" ({name}: a read of device values on the host, which no graph can hold)"
+    if name in _HOST_COPIES:
+        return f" ({name}: a copy from the host that graphed could not stage)"
+    return f" ({name})"
 
 
 def _describe(tensor: torch.Tensor) -> str:
@@ -197,6 +222,7 @@ class InventoryMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if torch.compiler.is_compiling():  # traced by torch.compile: the mode compiles to nothing
             return func(*args, **kwargs)
+        _calling.func = func  # what a synchronization met inside this call is named by
         handler = _HANDLERS.get(func) if self.stages else None
         result = handler(self, func, args, kwargs) if handler is not None else None
         if result is None:

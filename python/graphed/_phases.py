@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ._inventory import Inventory, storages, where_outside_libraries
+from ._inventory import Inventory, storages, synchronizing_call, where_outside_libraries
 from ._native import _graphed_fastcall as _fastcall
 from ._tree import TreeSpec
 
@@ -187,7 +187,9 @@ def _count_or_show(message, category, filename, lineno, file=None, line=None):
     if found is not None and str(message).startswith(_SYNC_WARNING):
         # An operator graphed's InventoryMode called for the forward: the forward's own line.
         own = str(filename).startswith(_PACKAGE_DIR)
-        found.append(where_outside_libraries() if own else f"{filename}:{lineno}")
+        found.append(
+            where_outside_libraries() + synchronizing_call() if own else f"{filename}:{lineno}"
+        )
         return
     _shown_before(message, category, filename, lineno, file, line)
 
@@ -247,8 +249,9 @@ def _probe_verdict(found: list[str]) -> None:
         raise RuntimeError(
             f"graphed: the forward {_SYNC_WARNING} at {found[0]}{more}, found by graphed's sync "
             "probe; a captured graph cannot hold a host synchronization: take it out of the "
-            "forward (or skip it when torch.cuda.is_current_stream_capturing()), or leave this "
-            "module eager"
+            "forward (or skip it when torch.cuda.is_current_stream_capturing()), pass a value "
+            "the host needs as a kwarg, or leave this module eager (or let graphed run it in "
+            "regions, its default)"
         )
 
 

@@ -253,3 +253,20 @@ def test_a_dispatch_mode_around_a_graphed_call_sees_the_forwards_operators():
     x2 = torch.randn(2, 4, device="cuda")
     torch.testing.assert_close(gf(x=x2), _eager(module, x=x2), rtol=0, atol=0)
     assert gf.stats()["enabled"] and gf.stats()["captures"] == 1
+
+
+class ReadsOnTheHost(torch.nn.Module):
+    def forward(self, x):
+        return x * float(x.sum().item())
+
+
+@_gpu
+def test_the_sync_probe_names_the_forwards_line_and_what_synchronized():
+    gf = GraphedForward(ReadsOnTheHost(), device="cuda", regions=False)
+    x = torch.randn(2, 4, device="cuda")
+    torch.testing.assert_close(gf(x=x), _eager(ReadsOnTheHost(), x=x), rtol=0, atol=0)
+    reason = gf.stats()["disabled_reason"]
+    assert "test_inventory.py:" in reason and "_inventory.py:" not in reason.replace(
+        "test_inventory.py:", ""
+    ), reason
+    assert "(item: a read of device values on the host" in reason, reason
