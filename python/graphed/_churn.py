@@ -13,6 +13,7 @@ with pytree's paths cost about a third of graphed's own time on such a call (34 
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -110,4 +111,60 @@ class NewKeys:
         return named + (f"; and {len(phrases) - _NAMED} more" if len(phrases) > _NAMED else "")
 
 
-__all__ = ["NewKeys"]
+# New keys in a row, none seen before, after which a runner without graphs says what a device with
+# graphs would have done (ops/gf_churn.h's GF_CHURN_VALUE_REPORT, the core's own report).
+_KEYS_WITHOUT_GRAPHS = 4
+_SIGNATURES_KEPT = 256
+_log = logging.getLogger("graphed")
+
+
+class KeysWithoutGraphs:
+    """Where graphs are unavailable (no GPU, a build without the device's backend) every call runs
+    eager and the core never sees a key, so its churn guard would never tell a user developing on
+    a laptop that every call of theirs is a new key, each a capture on a GPU. This keeps the
+    guard's count in Python for such a runner, from the key the C walker builds (microseconds a
+    call), and warns once, as the guard would, naming what changes (NewKeys)."""
+
+    def __init__(self, name: str, new_keys: NewKeys, churn_limit: int) -> None:
+        self.name = name
+        self.new_keys = new_keys
+        self.limit = max(churn_limit, _KEYS_WITHOUT_GRAPHS) if churn_limit > 0 else 0
+        self.seen: collections.OrderedDict[Any, None] = collections.OrderedDict()
+        self.new_in_a_row = 0
+
+    def note(self, kwargs: dict, flatten: Callable[[dict], Any]) -> None:
+        """One eager call of the runner: its key (`flatten(kwargs)`: (key, tensors), or not a
+        tuple for a call the C walker hands to Python, which is not counted)."""
+        if not self.limit:
+            return
+        flat = flatten(kwargs)
+        if not isinstance(flat, tuple):
+            return
+        key, tensors = flat[0], flat[1]
+        signature = (key, tuple((tensor.dtype, tuple(tensor.shape)) for tensor in tensors))
+        if signature in self.seen:
+            self.seen.move_to_end(signature)
+            self.new_in_a_row = 0
+            return
+        self.seen[signature] = None
+        if len(self.seen) > _SIGNATURES_KEPT:
+            self.seen.popitem(last=False)
+        self.new_keys.record(key, tensors)
+        self.new_in_a_row += 1
+        if self.new_in_a_row < self.limit:
+            return
+        self.limit = 0  # said once
+        what = self.new_keys.describe() or "not named"
+        _log.warning(
+            "runner '%s': %d new keys in a row, none reused. Graphs are unavailable here, so "
+            "these calls run eager as every call does; on a device with graphs each new key would "
+            "cost a capture, and graphed's churn guard would run such calls eager. What changes "
+            "from call to call: %s. A value that changes every call can be passed as a tensor "
+            "(graphed keys a tensor by its shape, not its values); see docs/troubleshooting.md",
+            self.name,
+            self.new_in_a_row,
+            what,
+        )
+
+
+__all__ = ["KeysWithoutGraphs", "NewKeys"]

@@ -6,7 +6,9 @@ _run_module, phase eager), which keeps the same duties for that run and is count
 
 What an eager run may owe (`DUTIES` below is the table the code reads):
 - E: eager_calls counts it once (and eager_by_reason by its reason);
-- D: the inputs' devices are checked where graphs are unavailable, as the core would;
+- D: where graphs are unavailable, the inputs' devices are checked, as the core would, and new
+  keys are counted as the core's churn guard would, to warn once (graphed._churn's
+  KeysWithoutGraphs);
 - C: capture_context is entered, as around the core's runs (outside those, only inside someone
   else's stream capture);
 - W: the watch settles what the forward re-assigned, as after a core run;
@@ -34,7 +36,9 @@ from typing import Any
 import torch
 
 from . import _arguments
+from ._churn import KeysWithoutGraphs
 from ._native import _graphed_fastcall as _fastcall
+from ._observe import graphs_unavailable
 from ._tree import flatten_output
 
 __all__ = [
@@ -84,10 +88,12 @@ def run_eagerly(
         runner._registration.count_eager_call(why, why not in _COUNTED_BY_CORE)
     if "K" in duties:
         _say_churn_started(runner, kwargs, variant)
-    if "D" in duties and runner._checks_devices:
-        _arguments.refuse_off_device(
-            kwargs, tensors, runner.device, runner.options.inputs_to_device
-        )
+    if "D" in duties:
+        if runner._checks_devices:
+            _arguments.refuse_off_device(
+                kwargs, tensors, runner.device, runner.options.inputs_to_device
+            )
+        _keys_without_graphs(runner).note(kwargs, _flatten_plain)
     if "O" not in duties:  # a run inside another (re-entered, traced, compared): no more duties
         return _run(runner, kwargs, core_run=False)
     with runner._forwards_here:
@@ -111,6 +117,22 @@ def _say_churn_started(runner: Any, kwargs: dict, variant: Any) -> None:
         if flat is not _fastcall.FALLBACK:  # RUN_EAGER comes from the fast path: always plain
             runner._new_keys.record(*flat)
         log.say_churn()
+
+
+def _flatten_plain(kwargs: dict) -> Any:
+    return _fastcall.flatten(kwargs, None)
+
+
+def _keys_without_graphs(runner: Any) -> KeysWithoutGraphs:
+    """The runner's count of new keys while graphs are unavailable, made on its first call (one
+    that counts nothing for a runner disabled for another reason)."""
+    keys = runner.__dict__.get("_keys_without_graphs")
+    if keys is None:
+        graphless = graphs_unavailable(runner.stats())
+        limit = runner.options.churn_limit if graphless else 0
+        keys = KeysWithoutGraphs(runner.name, runner._new_keys, limit)
+        runner.__dict__["_keys_without_graphs"] = keys
+    return keys
 
 
 def run_context(runner: Any, core_run: bool) -> contextlib.AbstractContextManager:

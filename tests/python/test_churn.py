@@ -3,7 +3,9 @@
 The churn guard (ops/gf_churn.h): a Python float that changes every call is run eager after one
 capture, a new length every call after two (with eager's values); a server's fixed shapes are all
 captured as each comes again; a denoising loop's one key and a decode loop's two capture as
-before; reset() and churn_limit=0 give today's capture-every-key behaviour.
+before; reset() and churn_limit=0 give today's capture-every-key behaviour. Where graphs are
+unavailable, the same traffic is warned of once, with what changes, and a fixed set of shapes is
+not.
 
 Out of device memory while warming up or capturing (ops/gf_backoff.h): the call gets eager's
 result, the runner stays enabled with its graphs, one warning gives torch's figures, and the key
@@ -278,3 +280,28 @@ def test_the_failed_attempts_tensors_are_freed_before_the_eager_run(emulated_bac
     gf = GraphedForward(HoldsAnActivation(), device="cpu", backend=emulated_backend)
     torch.testing.assert_close(gf(torch.ones(2)), torch.full((2,), 3.0), rtol=0, atol=0)
     assert alive and gf.stats()["eager_calls"] == 1
+
+
+def test_where_graphs_are_unavailable_new_keys_every_call_are_warned_of_once(caplog):
+    gf, module = _runner("none")
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.WARNING, logger="graphed"):
+        for step in range(8):
+            torch.testing.assert_close(
+                gf(x=x, scale=1.0 + step), _eager(module, x=x, scale=1.0 + step), rtol=0, atol=0
+            )
+    said = [r.message for r in caplog.records if "new keys in a row" in r.message]
+    assert len(said) == 1, said
+    assert "Graphs are unavailable here" in said[0]
+    assert "kwargs['scale']: a float, 4 values" in said[0], said[0]
+    assert gf.stats()["eager_calls"] == 8
+
+
+def test_where_graphs_are_unavailable_a_fixed_set_of_shapes_is_not_warned_of(caplog):
+    gf, _ = _runner("none")
+    shapes = [torch.randn(rows, 8) for rows in (1, 2, 3)]
+    with caplog.at_level(logging.WARNING, logger="graphed"):
+        for _ in range(4):
+            for x in shapes:
+                gf(x=x)
+    assert not [r for r in caplog.records if "new keys in a row" in r.message]
