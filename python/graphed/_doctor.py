@@ -352,6 +352,9 @@ def report_build(
     left_out = cuda_left_out(build_info.torch_cuda, tuple(build_info.backends), torch_dir)
     if left_out is not None:
         _line("CUDA backend", "NOT BUILT (graphed runs eager; why and the fix at the end)")
+        said = getattr(build_info, "cuda_left_out", None)
+        if said:
+            _line("  the build said", said)
     mismatch = torch_mismatch(build_info.torch_version, build_info.torch_cuda)
     _line("torch match", f"{_FAIL}: {mismatch}" if mismatch else "yes")
     return left_out

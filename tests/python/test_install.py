@@ -332,3 +332,37 @@ def test_native_files_carry_no_build_path():
             assert runpath, dynamic
             for entry in runpath.group(1).split(":"):
                 assert entry.startswith("$ORIGIN"), f"{path.name}: RUNPATH entry {entry}"
+
+
+def test_doctor_says_why_the_cuda_backend_is_missing_and_the_command_that_builds_it(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setattr(_doctor, "nvcc_candidates", lambda torch_dir, major: [])
+    why, fix = _doctor.cuda_left_out("13.0", ("xpu",), tmp_path)
+    assert "no nvcc of CUDA 13 was found when graphed was built, nor now" in why
+    assert "nvidia-cuda-nvcc" in fix and "--force-reinstall" in fix, fix
+    nvcc = tmp_path / "bin" / "nvcc"
+    monkeypatch.setattr(_doctor, "nvcc_candidates", lambda torch_dir, major: [nvcc])
+    monkeypatch.setattr(_doctor, "_nvcc_release", lambda found: "13.0")
+    why, fix = _doctor.cuda_left_out("13.0", (), tmp_path)
+    assert f"but one is here now: {nvcc} (CUDA 13.0)" in why
+    assert fix.startswith(f"{sys.executable} -m pip install --no-build-isolation")
+    assert _doctor.cuda_left_out("13.0", ("cuda",), tmp_path) is None
+    assert _doctor.cuda_left_out(None, (), tmp_path) is None
+
+
+def test_doctor_prints_what_the_build_said_when_it_left_the_cuda_backend_out(
+    monkeypatch, capsys, tmp_path
+):
+    said = "no nvcc of CUDA 13 (install nvidia-cuda-nvcc 13.0)"
+    recorded = type(sys)("graphed._build_info")
+    recorded.__dict__.update(
+        torch_version="2.14.1", torch_cuda="13.0", cuda_toolkit=None, cuda_architectures=None,
+        backends=(), cuda_left_out=said,
+    )  # fmt: skip
+    monkeypatch.setitem(sys.modules, "graphed._build_info", recorded)
+    monkeypatch.setattr(_doctor, "nvcc_candidates", lambda torch_dir, major: [])
+    left_out = _doctor.report_build(lambda version, cuda: None, tmp_path)
+    out = capsys.readouterr().out
+    assert left_out is not None and "no nvcc of CUDA 13" in left_out[0]
+    assert "NOT BUILT" in out and said in out, out
