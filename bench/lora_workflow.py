@@ -91,7 +91,8 @@ def _config(alpha: int, rank: int = 4) -> Any:
 @dataclass
 class Step:
     """One step of a workflow: `apply(model, saved)` (saved: a folder for adapters on disk) and
-    whether it must recapture (False: an in-place update, as hot-swap is)."""
+    whether it must recapture (False: an in-place update, as hot-swap is, or a return to a state
+    the module's graphs were captured in, which replay: graphed._baked.States)."""
 
     name: str
     apply: Callable[[Any, Path], None]
@@ -130,7 +131,7 @@ DIFFUSERS_STEPS = [
     Step("set_adapters(a, 0.8)", lambda m, _: m.set_adapters("a", 0.8)),
     Step("set_adapter(b)", lambda m, _: m.set_adapter("b")),
     Step("disable_lora()", lambda m, _: m.disable_lora()),
-    Step("enable_lora()", lambda m, _: m.enable_lora()),
+    Step("enable_lora()", lambda m, _: m.enable_lora(), False),  # back to set_adapter(b)
     Step("fuse_lora(lora_scale=0.7)", lambda m, _: m.fuse_lora(lora_scale=0.7)),
     Step("unfuse_lora()", lambda m, _: m.unfuse_lora()),
     Step("set_adapters([a, b], [0.3, 0.6])", lambda m, _: m.set_adapters(["a", "b"], [0.3, 0.6])),
@@ -176,7 +177,7 @@ def _peft_model() -> tuple[torch.nn.Module, Callable[[torch.device], dict]]:
 PEFT_STEPS = [
     Step("set_adapter(b)", lambda m, _: m.set_adapter("b")),
     Step("merge_adapter()", lambda m, _: m.merge_adapter()),
-    Step("unmerge_adapter()", lambda m, _: m.unmerge_adapter()),
+    Step("unmerge_adapter()", lambda m, _: m.unmerge_adapter(), False),  # back to set_adapter(b)
     Step("set_adapter(a)", lambda m, _: m.set_adapter("a")),
     Step("disable_adapter() context", lambda m, _: None),  # the context is entered by the run
 ]

@@ -180,6 +180,14 @@ void gf_runner_drop_graphs(gf_runner *runner) {
   gf_churn_graphs_dropped(&runner->churn);
 }
 
+void gf_runner_select_state(gf_runner *runner, uint64_t state, int first_time) {
+  runner->state = state;
+  if (first_time) {
+    runner->sync_probe_done = 0; /* a new state may run other code: probed as a new runner is */
+  }
+  gf_churn_graphs_dropped(&runner->churn); /* a key met again in another state is no traffic */
+}
+
 void gf_runner_reset(gf_runner *runner) {
   gf_runner_drop_graphs(runner);
   gf_churn_restart(&runner->churn);
@@ -369,6 +377,9 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
    * check reads sizes[ndim - 1]. */
   gf_status status = gf_signature_build(&runner->scratch_signature, key, key_length, inputs,
                                         input_count, runner->cache.hash_fn, err);
+  if (status == GF_OK) {
+    status = gf_signature_add_state(&runner->scratch_signature, runner->state, err);
+  }
   if (status != GF_OK) {
     return status;
   }
@@ -437,7 +448,8 @@ int64_t gf_runner_entry_replays(gf_runner *runner, const void *key, size_t key_l
   gf_error not_built = {0}; /* why a signature could not be built: then no entry has it */
   int64_t replays = -1;
   if (gf_signature_build(&probe, key, key_length, inputs, input_count, runner->cache.hash_fn,
-                         &not_built) == GF_OK) {
+                         &not_built) == GF_OK &&
+      gf_signature_add_state(&probe, runner->state, &not_built) == GF_OK) {
     gf_entry *entry = gf_cache_find(&runner->cache, &probe);
     replays = entry != NULL ? (int64_t)entry->replays : -1;
   }

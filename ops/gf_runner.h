@@ -124,6 +124,15 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
  * stick. `reason` is for people; `cause` for programs (gf_disable_cause.h). */
 void gf_runner_disable(gf_runner *runner, gf_disable_cause cause, const char *reason);
 
+/* Which state of what its graphs read besides the call (a module's adapters and values, as the
+ * host tells its states apart) the runner's calls are made in from now on; 0, the first, until
+ * changed. Entries are keyed by it too (gf_signature_add_state): the graphs of every state stay
+ * resident, within max_entries (least recently used first), and a call in a state seen before
+ * replays its graph, where dropping them (gf_runner_drop_graphs) would capture again. A state
+ * selected for the first time is probed for synchronizations again, as after a drop; either way
+ * the churn guard's run of new keys starts over (gf_churn_graphs_dropped). */
+void gf_runner_select_state(gf_runner *runner, uint64_t state, int first_time);
+
 /* Drops every graph and pool; the runner stays enabled (the next call captures again, with the
  * sync probe again). */
 void gf_runner_reset(gf_runner *runner);

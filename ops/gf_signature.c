@@ -80,6 +80,19 @@ gf_status gf_signature_build(gf_signature *sig, const void *key, size_t key_leng
   return GF_OK;
 }
 
+gf_status gf_signature_add_state(gf_signature *sig, uint64_t state, gf_error *err) {
+  if (state == 0) {
+    return GF_OK;
+  }
+  gf_status status = gf_signature_reserve(sig, sig->length + sizeof state, err);
+  if (status != GF_OK) {
+    return status;
+  }
+  gf_signature_append(sig, &state, sizeof state);
+  sig->hash ^= (state + 0x9e3779b97f4a7c15ull) * 0xff51afd7ed558ccdull;
+  return GF_OK;
+}
+
 gf_status gf_signature_copy(gf_signature *dst, const gf_signature *src, gf_error *err) {
   gf_status status = gf_signature_reserve(dst, src->length, err);
   if (status != GF_OK) {

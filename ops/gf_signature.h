@@ -33,6 +33,11 @@ gf_status gf_signature_build(gf_signature *sig, const void *key, size_t key_leng
                              const gf_tensor *tensors, size_t tensor_count, gf_hash_fn hash_fn,
                              gf_error *err);
 
+/* Marks a built signature with the state of what its graph reads besides the call (a module's
+ * adapter state, gf_runner_select_state): 8 more bytes, compared like the rest, and the hash mixed
+ * with it. State 0 adds nothing. */
+gf_status gf_signature_add_state(gf_signature *sig, uint64_t state, gf_error *err);
+
 /* Deep copy of src into dst (dst must be empty or already owned). */
 gf_status gf_signature_copy(gf_signature *dst, const gf_signature *src, gf_error *err);
 

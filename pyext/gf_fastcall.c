@@ -383,6 +383,20 @@ static PyObject *gf_reset(PyObject *self, PyObject *const *args, Py_ssize_t narg
   Py_RETURN_NONE;
 }
 
+/* select_state(runner_id, state, first_time): graphed._baked's States (gf_runner_select_state). */
+static PyObject *gf_select_state(PyObject *self, PyObject *args) {
+  (void)self;
+  long long id = 0;
+  unsigned long long state = 0;
+  int first_time = 0;
+  gf_error err = {0};
+  if (!PyArg_ParseTuple(args, "LKp:select_state", &id, &state, &first_time)) {
+    return NULL;
+  }
+  gf_status status = gf_fastcall_torch_select_state((int64_t)id, state, first_time, &err);
+  return status == GF_OK ? Py_NewRef(Py_None) : gf_fastcall_torch_raise(status, &err);
+}
+
 /* attach(runner_id, state, forward, observer): gives a runner made with no forward operator its
  * forward and its observer as direct hooks (Note [The direct forward], gf_model_hooks.cpp). */
 static PyObject *gf_attach(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -424,6 +438,9 @@ static PyMethodDef gf_fastcall_methods[] = {
     {"attach", (PyCFunction)(void (*)(void))gf_attach, METH_FASTCALL,
      "attach(runner_id, state, forward, observer): the runner's forward and observer as direct "
      "hooks (a runner made with no forward operator)"},
+    {"select_state", (PyCFunction)gf_select_state, METH_VARARGS,
+     "select_state(runner_id, state, first_time): the state of what the graphs read its calls "
+     "are keyed in from now on; the graphs of other states stay resident"},
     {"reset", (PyCFunction)(void (*)(void))gf_reset, METH_FASTCALL,
      "reset(runner_id, restart_churn): drops the graphs (and their output templates) under the "
      "runner's lock; the churn guard starts afresh only when restart_churn"},

@@ -425,6 +425,18 @@ extern "C" gf_status gf_fastcall_torch_reset(int64_t runner_id, int restart_chur
   }
 }
 
+extern "C" gf_status gf_fastcall_torch_select_state(int64_t runner_id, uint64_t state,
+                                                    int first_time, gf_error *err) {
+  try {
+    std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
+    std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
+    gf_runner_select_state(slot->runner, state, first_time);
+    return GF_OK;
+  } catch (...) {
+    return graphed::status_of_current_exception(err, nullptr);
+  }
+}
+
 extern "C" void gf_fastcall_torch_word_input_error(int64_t runner_id, PyObject *tensor,
                                                    const char *subject, gf_error *err) {
   try {

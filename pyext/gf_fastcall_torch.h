@@ -105,6 +105,10 @@ gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_call_in_flight
  * releases each entry's output template with the entry. */
 gf_status gf_fastcall_torch_reset(int64_t runner_id, int restart_churn, gf_error *err);
 
+/* Selects the state the runner's calls are keyed in (gf_runner_select_state) under its lock. */
+gf_status gf_fastcall_torch_select_state(int64_t runner_id, uint64_t state, int first_time,
+                                         gf_error *err);
+
 /* The phase of the forward the runner of runner_call (a CallState's) is running: GF_PHASE_EAGER
  * outside one or when runner_call is NULL. */
 int gf_fastcall_torch_phase(const void *runner_call);

@@ -43,6 +43,7 @@ reset() after changing them, and use verify mode (graphed._verify) to prove a ne
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import logging
@@ -86,6 +87,8 @@ _OFFLOAD_HOOKS = ("CpuOffload", "UserCpuOffloadHook")
 # caller's call, so it stops sooner: 8 captures each thrown away before a single replay is no
 # adapter rotation (which replays between switches) and no lazy setup (which settles at once).
 RECAPTURE_LIMIT = 8
+# States of a module remembered (graphed._baked.States), least recently used forgotten first.
+_STATES_KEPT = 64
 
 
 def _where(path: str) -> str:
@@ -264,6 +267,54 @@ def count_swaps() -> None:
         _swaps_counted = True
 
 
+def _tensor_replaced(before: BakedState, now: BakedState) -> bool:
+    """Whether a parameter, buffer or tensor attribute at a path both records hold differs (a
+    tensor re-assigned, moved, retyped); an adapter added or removed adds or removes paths."""
+    for path, record in now.records.items():
+        old = before.records.get(path)
+        if old is not None and old != record and record[:1] in _TENSOR_KINDS:
+            return True
+    return False
+
+
+_TENSOR_KINDS = (("parameter",), ("buffer",), ("attribute",))
+
+
+class States:
+    """The states of what a runner's graphs read besides the call (its module's records:
+    parameters and buffers by identity and address, Python values, hooks, modes), each with the
+    tag the core keys its graphs by (gf_runner_select_state), so that a module switched back to a
+    state seen before (an adapter rotation: set_adapters, disable_lora, enable_lora) replays the
+    graphs of that state at once instead of capturing again. Two states are the same only when
+    every record is equal; a tag is never given to another state (the graphs keyed by it may
+    still be resident), and the least recently used of more than _STATES_KEPT states is
+    forgotten (coming back, it is a new state)."""
+
+    def __init__(self) -> None:
+        self._tags: collections.OrderedDict[Any, int] = collections.OrderedDict()
+        self._next = 1
+
+    def select(self, before: BakedState, now: BakedState) -> tuple[int, bool] | None:
+        """The tag of the state `now` is in and whether it was seen before, `before` (the state
+        the graphs so far were captured in) remembered first as the first state (tag 0); None
+        when a record cannot be compared as a whole (the graphs are dropped instead)."""
+        try:
+            if not self._tags:
+                self._tags[tuple(before.records.items())] = 0
+            state = tuple(now.records.items())
+            tag = self._tags.get(state)
+        except TypeError:  # a record that cannot be hashed
+            return None
+        if tag is not None:
+            self._tags.move_to_end(state)
+            return tag, True
+        tag, self._next = self._next, self._next + 1
+        self._tags[state] = tag
+        if len(self._tags) > _STATES_KEPT:
+            self._tags.popitem(last=False)
+        return tag, False
+
+
 class Watch:
     """The watch of one GraphedForward's module: arm, check, compare, settle (see the module
     docstring). The check itself is native (the call state's watch, pyext/gf_baked.h); the
@@ -280,6 +331,7 @@ class Watch:
         self._drops_in_a_row = 0
         self._hits_at_drop = -1
         self._captures_at_drop = -1
+        self.states = States()
 
     def arm(self, runner: Any) -> None:
         """Records what the graphs bake in besides their inputs and arms the native check of it;
@@ -324,8 +376,10 @@ class Watch:
 
     def follow_change(self, runner: Any) -> None:
         """The check fired (or a module method ran): compares the module with what the graphs
-        baked in; drops the graphs when anything they rely on differs, so that the next call
-        captures again."""
+        baked in; when anything they rely on differs, the calls are keyed in the module's new
+        state (States): a state seen before replays its graphs, a new one captures, the graphs
+        of the others stay resident within max_entries. Where a state cannot be told (a record
+        that cannot be compared whole) the graphs are dropped instead."""
         recorded = self.baked
         self.arm(runner)
         if recorded is None or self.baked is None:
@@ -333,7 +387,15 @@ class Watch:
         changed = recorded.differences(self.baked)
         if not changed:
             return
-        if self._past_recapture_limit(runner):
+        # A tensor replaced at its path (a weight re-assigned, the module moved or retyped): the
+        # graphs of every state are dropped, as no state before will come back.
+        replaced = _tensor_replaced(recorded, self.baked)
+        if replaced:
+            self.states = States()
+            _fastcall.select_state(runner.runner_id, 0, True)
+        selected = None if replaced else self.states.select(recorded, self.baked)
+        seen = selected is not None and selected[1]
+        if not seen and self._past_recapture_limit(runner):
             self.stop()
             runner.disable(
                 f"{', '.join(changed)} changed again before any graph replayed, "
@@ -343,12 +405,27 @@ class Watch:
                 "recapture_limit",
             )
             return
-        runner._drop_graphs()  # a churn guard that started stays: a change is no new traffic
+        what = ", ".join(changed[:4]) + (
+            f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        )
+        if selected is None:
+            runner._drop_graphs()  # a churn guard that started stays: a change is no new traffic
+            _log.info(
+                "runner '%s': %s changed since the graphs were captured; they are dropped and "
+                "captured again",
+                runner.name,
+                what,
+            )
+            return
+        _fastcall.select_state(runner.runner_id, selected[0], not seen)
         _log.info(
-            "runner '%s': %s changed since the graphs were captured; they are "
-            "dropped and captured again",
+            "runner '%s': %s changed; %s",
             runner.name,
-            ", ".join(changed),
+            what,
+            "the module is back in a state its graphs were captured in, which replay"
+            if seen
+            else "the new state is captured on its first call, the graphs of the states before "
+            "stay (within max_entries)",
         )
 
     def _past_recapture_limit(self, runner: Any) -> bool:

@@ -97,3 +97,31 @@ def test_a_pipelines_lora_api_gives_eagers_images(emulated_backend):
 def test_a_pipelines_lora_api_gives_eagers_images_bitwise_on_the_device():
     steps = _pipeline_lora_steps("cuda", None)
     assert steps == [(name, True, 1) for name, _, _ in steps], steps
+
+
+_ROTATION = [
+    ("set_adapter(a)", lambda m: m.set_adapter("a")),
+    ("set_adapter(b)", lambda m: m.set_adapter("b")),
+    ("a and b active", lambda m: m.base_model.set_adapter(["a", "b"])),
+]
+
+
+def test_an_adapter_rotation_captures_each_state_once_then_replays(emulated_backend):
+    """A multi-tenant rotation (one adapter state per request, three states in turn): each state
+    is captured on its first request and replayed on every later one (graphed._baked.States)."""
+    import graphed
+
+    model, inputs = lora_workflow._peft_model()
+    model.eval()
+    gf = graphed.GraphedForward(model, device="cpu", backend=emulated_backend)
+    x = inputs(torch.device("cpu"))
+    for request in range(4):
+        for name, switch in _ROTATION:
+            switch(model)
+            for _ in range(3):  # the emulated replay returns what the capture wrote: same input
+                with torch.no_grad():
+                    want = model(**x)
+                torch.testing.assert_close(gf(**x), want, rtol=0, atol=0, msg=name)
+        stats = gf.stats()
+        assert stats["captures"] == 3, (request, stats)
+        assert stats["graphs"] == 3 and stats["enabled"]

@@ -1,8 +1,10 @@
 """GraphedForward answers the nn.Module methods that return the module (eval, train, to, half,
 cuda, requires_grad_, apply, ...): each is applied to the wrapped module and returns the
 GraphedForward, so that `gf = GraphedForward(m, device=...).eval()` keeps a graphed. The graphs
-are dropped when the call changed what they baked in (a mode, a parameter's dtype, address or
-layout) and kept when it did not; a move off the runner's device is refused with the module left
+are dropped when the call changed what they baked in (a parameter's dtype, address or layout);
+a mode flip keys the calls in the module's new state, whose graphs are its own, and flipping back
+replays the graphs of the state before (graphed._baked.States); a call that changes nothing
+keeps them; a move off the runner's device is refused with the module left
 as it was; for a callable that is not an nn.Module the names raise AttributeError as before.
 Runs on the CPU through the emulated backend, which captures there."""
 
@@ -84,7 +86,6 @@ def test_every_module_method_that_returns_the_module_is_answered():
 @pytest.mark.parametrize(
     ("call", "changed"),
     [
-        (lambda gf: gf.eval(), lambda m: not m.training and not m.dropout.training),
         (lambda gf: gf.half(), lambda m: m.linear.weight.dtype == torch.float16),
         (lambda gf: gf.bfloat16(), lambda m: m.offset.dtype == torch.bfloat16),
         (lambda gf: gf.double(), lambda m: m.linear.weight.dtype == torch.float64),
@@ -95,7 +96,7 @@ def test_every_module_method_that_returns_the_module_is_answered():
         (lambda gf: gf.share_memory(), lambda m: m.linear.weight.is_shared()),
         (lambda gf: gf.apply(lambda sub: setattr(sub, "seen", True)), lambda m: m.dropout.seen),
     ],
-    ids=["eval", "half", "bfloat16", "double", "to-dtype", "to-device-dtype", "type", "to_empty",
+    ids=["half", "bfloat16", "double", "to-dtype", "to-device-dtype", "type", "to_empty",
          "share_memory", "apply"],
 )  # fmt: skip
 def test_a_method_that_changes_the_module_returns_the_graphed_and_drops_its_graphs(
@@ -111,15 +112,19 @@ def test_a_method_that_changes_the_module_returns_the_graphed_and_drops_its_grap
     assert gf.stats()["graphs"] == 1 and gf.stats()["captures"] == 2
 
 
-def test_train_flips_the_mode_back_and_drops_the_graphs(emulated_backend):
+def test_a_mode_flip_keys_its_own_graphs_and_flipping_back_replays(emulated_backend):
     module = Block().eval()
     gf = _captured(module)
     assert gf.train() is gf
     assert module.training and module.dropout.training
-    assert gf.stats()["graphs"] == 0
-    gf(x=torch.ones(2, 4))
+    assert gf.stats()["graphs"] == 1  # the eval graph stays
+    gf(x=torch.ones(2, 4))  # captures the train mode's own
+    assert (gf.stats()["graphs"], gf.stats()["captures"]) == (2, 2)
     assert gf.train(False) is gf and not module.dropout.training
-    assert gf.stats()["graphs"] == 0
+    x = torch.ones(2, 4)  # the capture's: the emulated replay returns what the capture wrote
+    with torch.no_grad():
+        torch.testing.assert_close(gf(x=x), module(x=x), rtol=0, atol=0)
+    assert gf.stats()["captures"] == 2  # the eval graph replayed
 
 
 def test_float_of_a_double_module_drops_the_graphs(emulated_backend):
