@@ -307,3 +307,25 @@ TEST(TensorFacts, APoolRefusesATensorWhoseBytesOverflowTheSum) {
   EXPECT_EQ(pool.bytes, INT64_MAX - 2);
   gf_pool_free(&pool, nullptr, nullptr);
 }
+
+TEST(Signature, AStateOtherThanTheFirstTellsEqualCallsApart) {
+  Signature first;
+  Signature same;
+  Signature other;
+  ASSERT_EQ(first.Build("key", {Tensor({2, 3})}), GF_OK);
+  ASSERT_EQ(same.Build("key", {Tensor({2, 3})}), GF_OK);
+  ASSERT_EQ(other.Build("key", {Tensor({2, 3})}), GF_OK);
+  const std::vector<unsigned char> unmarked = first.Bytes();
+  ASSERT_EQ(gf_signature_add_state(&first.sig, 0, nullptr), GF_OK); // the first state: nothing
+  EXPECT_EQ(first.Bytes(), unmarked);
+  EXPECT_TRUE(gf_signature_equal(&first.sig, &same.sig));
+  ASSERT_EQ(gf_signature_add_state(&first.sig, 7, nullptr), GF_OK);
+  ASSERT_EQ(gf_signature_add_state(&same.sig, 7, nullptr), GF_OK);
+  ASSERT_EQ(gf_signature_add_state(&other.sig, 8, nullptr), GF_OK);
+  EXPECT_TRUE(gf_signature_equal(&first.sig, &same.sig));
+  EXPECT_EQ(first.sig.hash, same.sig.hash);
+  EXPECT_FALSE(gf_signature_equal(&first.sig, &other.sig));
+  size_t key_length = 0;
+  const unsigned char *key = gf_signature_key(&first.sig, &key_length);
+  EXPECT_EQ(std::string(reinterpret_cast<const char *>(key), key_length), "key");
+}
