@@ -39,6 +39,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 import weakref
 from typing import Any
 
@@ -56,6 +57,8 @@ _METADATA = frozenset(
 )
 # Frames inside torch and graphed are not where a forward read or made a tensor.
 _LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+# Nor are the warnings module's, where the sync probe's hook is called from.
+_LIBRARY_FILES = (warnings.__file__,)
 # Records of the latest captures a runner keeps for inventory().
 _RECORDS_KEPT = 64
 
@@ -63,7 +66,10 @@ _RECORDS_KEPT = 64
 def _where() -> tuple[str, Any]:
     """ "file:line" of the innermost frame outside torch and graphed, and that frame."""
     frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(_LIBRARY_DIRS)
+        or frame.f_code.co_filename in _LIBRARY_FILES
+    ):
         frame = frame.f_back
     if frame is None:
         return "an unknown place", None
@@ -329,6 +335,8 @@ def _setitem(mode: InventoryMode, func, args: tuple, kwargs: dict) -> Any:
     if tensor.device.type != mode.device_type:
         return None
     on_device = _device_index(mode, index, tensor.device)
+    if type(value) in (int, float, bool) and on_device is not index:
+        value = torch.tensor(value, dtype=tensor.dtype)  # torch would copy it from the host
     staged = mode.to_device(value, tensor.device) if _pageable(value) else value
     if on_device is index and staged is value:
         return None
@@ -358,6 +366,10 @@ class Inventory:
         self.records: collections.OrderedDict[Any, dict] = collections.OrderedDict()
         self.warned = False
         self.staging_said = False
+        # Whether a run of this runner staged a host constant: only then do its warm-ups run
+        # under the mode too (the probe and every capture always do), so that a forward with no
+        # host constant pays for the mode in two runs of its first capture and one of a later.
+        self.stages_constants = False
 
     def mode(self, key: Any, known: set[int] | None) -> InventoryMode:
         """The mode for one run before a capture (known is None) or for the capture (the
@@ -374,6 +386,7 @@ class Inventory:
         (CallState.record_inventory) and to records."""
         staged = self.staging.current
         self.staging.end()
+        self.stages_constants = self.stages_constants or bool(staged)
         reads = mode.reads
         if reads is None:
             return

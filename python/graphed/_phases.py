@@ -281,8 +281,9 @@ class ForwardRuns:
         cannot be put back is named (name_side_effects), and a warm-up that changed nothing says
         so to the core (kept_state). A capture, an eager run (after a failed probe) or a forward
         that raised ends it, so that the next capture's warm-ups copy the state as it is then.
-        Every run but an eager one runs under the runner's InventoryMode (graphed._inventory):
-        host constants staged, and the capture's reads recorded."""
+        The probe and the capture run under the runner's InventoryMode (graphed._inventory), the
+        warm-ups too once a run staged a host constant: host constants staged, and the capture's
+        reads recorded."""
         if phase == PHASE_EAGER:
             self.snapshot = None
             yield
@@ -292,7 +293,9 @@ class ForwardRuns:
             kept = state()
             parameters = (tensor for _, tensor in kept.parameters)
             known = storages(itertools.chain(inputs, kept.restored, parameters, kept.watched))
-        mode = self.inventory.mode(self.call_state.key, known)
+        inventory = self.inventory
+        staged = phase != PHASE_WARMUP or inventory.stages_constants
+        mode = inventory.mode(self.call_state.key, known) if staged else contextlib.nullcontext()
         if phase == PHASE_CAPTURE:
             self.snapshot = None
             with mode:
@@ -313,7 +316,8 @@ class ForwardRuns:
             else:
                 with mode:
                     yield
-            self.inventory.finish(mode, self.call_state, "", [])
+            if staged:
+                inventory.finish(mode, self.call_state, "", [])
         except BaseException:
             self.snapshot = None
             raise
