@@ -192,13 +192,12 @@ fi
 # hooks in test_changed_state.py, peft's LoRA adapters in test_lora.py) run these, pinned, on the
 # emulated backend in every test run; their own dependencies come with them.
 TEST_PACKAGES=(diffusers==0.42.1 transformers==5.17.0 accelerate==1.15.0 peft==0.21.2)
-# The newest releases of the same four that install (transformers 5.25.0 needs kernels>=0.19.1,
-# which did not install here when this was written): test.sh runs the third-party tests on them
-# too, so that what users install today is tested beside the pins. They go into .venv-newest, a
+# The newest releases of the same four (transformers 5.25.0 brings kernels>=0.19.1 with it):
+# test.sh runs the third-party tests on them too, so that what users install today is tested beside the pins. They go into .venv-newest, a
 # virtualenv that sees .venv's packages (torch, graphed) through a .pth file, so that only what
 # differs is installed (about 0.2 GB, not a second torch). Raise these pins when a newer release
 # appears.
-NEWEST_PACKAGES=(diffusers==0.42.1 transformers==5.24.0 accelerate==1.16.0 peft==0.21.2)
+NEWEST_PACKAGES=(diffusers==0.42.1 transformers==5.25.0 accelerate==1.16.0 peft==0.21.2)
 NEWEST=$ROOT/.venv-newest
 # Succeeds when interpreter $1 has the versions named in $2... ("name==1.2.3" exactly, or
 # "name==13.0.*" any release of 13.0).

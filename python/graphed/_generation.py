@@ -45,6 +45,8 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import os
+import sys
 import threading
 import warnings
 import weakref
@@ -54,6 +56,7 @@ from typing import Any
 import torch
 
 from ._forward import GraphedForward
+from ._observe import graphs_unavailable
 
 __all__ = ["GraphedGeneration", "graph_generation"]
 
@@ -64,6 +67,21 @@ _CACHE_KWARGS = ("cache", "past_key_values")
 _LAYER_TENSORS = ("keys", "values", "cumulative_length")
 # Names for the held sets, the variant of their graphs' keys; never reused.
 _serials = itertools.count(1)
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel, for a warnings.warn in the function that calls this, of the innermost frame
+    outside graphed, torch and transformers: the user's generate() or model call, wherever the
+    decode step that warns was reached from."""
+    libraries = tuple(
+        os.path.dirname(module.__file__)
+        for module in (sys.modules.get("graphed"), torch, sys.modules.get("transformers"))
+        if module is not None and getattr(module, "__file__", None)
+    )
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(libraries):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class _Transformers:
@@ -207,6 +225,13 @@ class GraphedGeneration:
         self.api_mismatches = 0
         self.cache_adoptions = 0
         self.cache_copies_out = 0
+        # A CPU runner where no graph can replay (a laptop): a decode step is the model's own
+        # forward, and no cache is adopted into held tensors for a graph. (A device runner
+        # without its device still goes through the GraphedForward, which refuses an input off
+        # the device as the device would.)
+        self._graphless = self.graphed.device.type == "cpu" and graphs_unavailable(
+            self.graphed.stats()
+        )
 
         @functools.wraps(self._model_forward)
         def forward(*args: Any, **kwargs: Any) -> Any:
@@ -231,6 +256,8 @@ class GraphedGeneration:
                     "graph_generation graphs decoder-only models' steps",
                     UserWarning,
                 )
+            return self._eager(args, kwargs, cache)
+        if self._graphless:
             return self._eager(args, kwargs, cache)
         if cache is None:
             if kwargs.get("use_cache"):
@@ -292,7 +319,7 @@ class GraphedGeneration:
             warnings.warn(
                 f"graphed: graph_generation with transformers {self._api.version}: {what}",
                 category,
-                stacklevel=5,
+                stacklevel=_user_stacklevel(),
             )
 
     # -- the cache -------------------------------------------------------------------------

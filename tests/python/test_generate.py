@@ -481,6 +481,7 @@ def test_a_static_layer_it_does_not_know_is_said_once(emulated_backend, monkeypa
         assert torch.equal(_generate(model, prompt, cache_implementation="static"), want)
     said = _graphed_warnings(caught)
     assert len(said) == 1 and "StaticLayer" in said[0], said
+    assert {w.filename for w in caught if str(w.message).startswith("graphed:")} == {__file__}
     stats = generation.stats()
     assert (stats["captures"], stats["api_mismatches"]) == (0, _decode_steps(2)), stats
 
@@ -518,6 +519,9 @@ def test_a_decode_step_without_a_cache_it_can_find_is_said_once(emulated_backend
         model(**step)
     said = _graphed_warnings(caught)
     assert len(said) == 1 and "input_ids, use_cache" in said[0], said
+    # Said where the user's call is, not inside torch's module call or graphed.
+    (where,) = {w.filename for w in caught if str(w.message).startswith("graphed:")}
+    assert where == __file__, where
     stats = generation.stats()
     assert (stats["api_mismatches"], stats["eager_forwards"], stats["captures"]) == (2, 2, 0)
 
@@ -695,3 +699,17 @@ def test_a_cuda_runner_on_a_machine_without_a_gpu_raises_grapheds_own_error():
     with pytest.raises(ValueError, match="is on cpu; the runner is on cuda") as raised:
         _generate(model, prompt, cache_implementation="static")
     assert "NVIDIA driver" not in repr(raised.value.__context__)
+
+
+def test_where_no_graph_can_replay_decode_steps_adopt_no_cache():
+    """Without a graph backend (a laptop), graph_generation's decode steps are the model's own
+    forwards: tokens as eager's, and no cache copied into held tensors for a graph."""
+    model = _build(_llama, "cpu")
+    prompts = [_prompt(model, "cpu", seed) for seed in range(3)]
+    wants = [_generate(model, prompt, cache_implementation="static") for prompt in prompts]
+    generation = graphed.graph_generation(model, device="cpu", backend="none")
+    for prompt, want in zip(prompts, wants, strict=True):
+        assert torch.equal(_generate(model, prompt, cache_implementation="static"), want)
+    stats = generation.stats()
+    assert (stats["cache_adoptions"], stats["held_caches"], stats["captures"]) == (0, 0, 0), stats
+    assert stats["eager_forwards"] > 0
