@@ -310,10 +310,9 @@ static gf_status gf_runner_check_inputs(const gf_runner *runner, const gf_tensor
  *    was freed or moved since; if so the entry is dropped (the host told, GF_EVENT_STALE, with the
  *    tensor named) and the key captured again, so the call reads what eager reads; the churn
  *    guard is not asked (a key seen before is no new traffic). Eight such drops in a row with no
- *    replay between disable the runner (cause
- *    recapture_limit): a tensor rebound at every call would cost a capture at every call. A
- *    tensor rebound while the old one lives on elsewhere cannot be seen this way (the graph reads
- *    the old one); docs/api.md says what to do. */
+ *    replay between disable the runner (cause recapture_limit): a tensor rebound at every call
+ *    would cost a capture at every call. A tensor rebound while the old one lives on elsewhere
+ *    cannot be seen this way (the graph reads the old one); docs/api.md says what to do. */
 enum { GF_STALE_LIMIT = 8 };
 
 /* The entry of the call's key, or NULL: none, or one dropped because it would read freed memory
@@ -324,7 +323,9 @@ static gf_entry *gf_runner_lookup_live(gf_runner *runner, int *dropped) {
   *dropped = 0;
   if (entry == NULL || entry->inventory == NULL || runner->host.inventory_stale == NULL ||
       !runner->host.inventory_stale(runner->host.context, entry->inventory, &which)) {
-    runner->stale_in_a_row = entry != NULL ? 0 : runner->stale_in_a_row;
+    if (entry != NULL) {
+      runner->stale_in_a_row = 0; /* a replay between drops */
+    }
     return entry;
   }
   *dropped = 1;

@@ -54,6 +54,7 @@ import torch
 from torch.nn.modules import module as _module_globals
 
 from ._native import _graphed_fastcall as _fastcall
+from ._observe import first_few
 from ._phases import StateToKeep
 
 _log = logging.getLogger("graphed")
@@ -272,12 +273,12 @@ def _tensor_replaced(before: BakedState, now: BakedState) -> bool:
     tensor re-assigned, moved, retyped); an adapter added or removed adds or removes paths."""
     for path, record in now.records.items():
         old = before.records.get(path)
-        if old is not None and old != record and record[:1] in _TENSOR_KINDS:
+        if old is not None and old != record and record[0] in _TENSOR_KINDS:
             return True
     return False
 
 
-_TENSOR_KINDS = (("parameter",), ("buffer",), ("attribute",))
+_TENSOR_KINDS = ("parameter", "buffer", "attribute")
 
 
 class States:
@@ -405,9 +406,7 @@ class Watch:
                 "recapture_limit",
             )
             return
-        what = ", ".join(changed[:4]) + (
-            f" and {len(changed) - 4} more" if len(changed) > 4 else ""
-        )
+        what = first_few(changed)
         if selected is None:
             runner._drop_graphs()  # a churn guard that started stays: a change is no new traffic
             _log.info(

@@ -56,6 +56,7 @@ from typing import Any
 import torch
 
 from ._forward import GraphedForward
+from ._inventory import user_frame
 from ._observe import graphs_unavailable
 
 __all__ = ["GraphedGeneration", "graph_generation"]
@@ -73,15 +74,9 @@ def _user_stacklevel() -> int:
     """The stacklevel, for a warnings.warn in the function that calls this, of the innermost frame
     outside graphed, torch and transformers: the user's generate() or model call, wherever the
     decode step that warns was reached from."""
-    libraries = tuple(
-        os.path.dirname(module.__file__)
-        for module in (sys.modules.get("graphed"), torch, sys.modules.get("transformers"))
-        if module is not None and getattr(module, "__file__", None)
-    )
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(libraries):
-        frame, level = frame.f_back, level + 1
-    return level
+    transformers = sys.modules.get("transformers")
+    also = (os.path.dirname(transformers.__file__),) if transformers is not None else ()
+    return user_frame(also)[1] - 1  # the frame of this function does not count
 
 
 class _Transformers:

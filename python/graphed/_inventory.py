@@ -15,11 +15,11 @@ tensor (`torch.tensor(..., device=)` and indexing by a Python list copy below an
   CPU tensor into one) synchronizes, so a capture refuses it and the sync probe fails on it.
   Each is made from a pinned copy of the host tensor instead, asynchronously; the capture's
   pinned buffers live as long as its graph (the core releases them with it), and every replay
-  copies their values again. Such a constant is
-  then fixed per key, as a Python value is: the capture's values are compared with its last
-  warm-up's, and one that differs (a host tensor made from random numbers or the clock) fails the
-  capture, naming where it was copied. A capture without a warm-up before it (warmup_iters=0,
-  not the runner's first) cannot be compared: verify mode catches such a value.
+  copies their values again. Such a constant is then fixed per key, as a Python value is: the
+  capture's values are compared with its last warm-up's, and one that differs (a host tensor made
+  from random numbers or the clock) fails the capture, naming where it was copied. A capture
+  without a warm-up before it (warmup_iters=0, not the runner's first) cannot be compared:
+  verify mode catches such a value.
 - The capture records each device tensor passed to torch whose storage is neither an input's, a
   tensor the module's watch follows, a keep_alive tensor's nor one made during the capture: an
   external. The core holds each weakly and, before a replay, drops the graph and captures again
@@ -48,6 +48,8 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
+from ._observe import first_few
+
 _log = logging.getLogger("graphed")
 
 # Calls that read a tensor's metadata, not its data: no read of an external.
@@ -64,14 +66,22 @@ _LIBRARY_FILES = (warnings.__file__,)
 _RECORDS_KEPT = 64
 
 
-def _where() -> tuple[str, Any]:
-    """ "file:line" of the innermost frame outside torch and graphed, and that frame."""
-    frame = sys._getframe(2)
+def user_frame(also: tuple[str, ...] = ()) -> tuple[Any, int]:
+    """The innermost frame of this thread outside torch, graphed, the warnings module and the
+    folders `also` names (None if there is none), and its stacklevel for a warnings.warn in the
+    caller (1: the caller itself)."""
+    frame, stacklevel = sys._getframe(1), 1
+    folders = _LIBRARY_DIRS + also
     while frame is not None and (
-        frame.f_code.co_filename.startswith(_LIBRARY_DIRS)
-        or frame.f_code.co_filename in _LIBRARY_FILES
+        frame.f_code.co_filename.startswith(folders) or frame.f_code.co_filename in _LIBRARY_FILES
     ):
-        frame = frame.f_back
+        frame, stacklevel = frame.f_back, stacklevel + 1
+    return frame, stacklevel
+
+
+def _where() -> tuple[str, Any]:
+    """The "file:line" of the innermost frame outside torch and graphed, and that frame."""
+    frame = user_frame()[0]
     if frame is None:
         return "an unknown place", None
     return f"{frame.f_code.co_filename}:{frame.f_lineno}", frame
@@ -280,10 +290,6 @@ class InventoryMode(TorchFunctionMode):
         return self.stage(host).to(device=device, dtype=dtype, non_blocking=True)
 
 
-def _target(device: Any) -> torch.device | None:
-    return None if device is None else torch.device(device)
-
-
 def _to(mode: InventoryMode, func, args: tuple, kwargs: dict) -> Any:
     source = args[0]
     if not _pageable(source):
@@ -312,8 +318,9 @@ def _copy(mode: InventoryMode, func, args: tuple, kwargs: dict) -> Any:
 
 
 def _factory(mode: InventoryMode, func, args: tuple, kwargs: dict) -> Any:
-    device = _target(kwargs.get("device")) or torch.get_default_device()
-    if device is None or device.type != mode.device_type or not args:
+    device = kwargs.get("device")
+    device = torch.get_default_device() if device is None else torch.device(device)
+    if device.type != mode.device_type or not args:
         return None
     data = args[0]
     if isinstance(data, torch.Tensor):
@@ -394,19 +401,26 @@ class Inventory:
         reads = _Reads(self.device_type, known) if known is not None else None
         return InventoryMode(self.device_type, self.staging, reads)
 
-    def finish(
-        self, mode: InventoryMode, call_state: Any, shapes: str, outputs: list[torch.Tensor]
-    ) -> None:
-        """After a run that returned: the staged buffers become the next run's `previous`; after
-        the capture (given its output tensors), its record goes to the core
-        (CallState.record_inventory) and to records."""
+    def end_run(self) -> list[tuple[torch.Tensor, str]]:
+        """After a run under the mode that returned: its staged buffers become the next run's
+        `previous`; returns them."""
         staged = self.staging.current
         self.staging.end()
         self.stages_constants = self.stages_constants or bool(staged)
-        reads = mode.reads
-        if reads is None:
-            return
-        externals = reads.externals(outputs)
+        return staged
+
+    def finish_capture(
+        self,
+        mode: InventoryMode,
+        call_state: Any,
+        inputs: list[torch.Tensor],
+        outputs: list[torch.Tensor],
+    ) -> None:
+        """After the capture's forward returned (given its inputs and outputs): its record goes
+        to the core (CallState.record_inventory) and to records, and is said once."""
+        staged = self.end_run()
+        externals = mode.reads.externals(outputs)
+        shapes = ", ".join(_describe(tensor) for tensor in inputs)
         record = {
             "shapes": shapes,
             "externals": [name for _, name in externals],
@@ -427,7 +441,7 @@ class Inventory:
                 "runner '%s': the capture staged %d host constant(s) through pinned memory (%s)",
                 self.name,
                 len(staged),
-                "; ".join(record["staged"][:4]) + (" and more" if len(staged) > 4 else ""),
+                first_few(record["staged"], "; "),
             )
         if externals and not self.warned:
             self.warned = True
@@ -439,8 +453,7 @@ class Inventory:
                 "register them as buffers (docs/api.md, 'What a forward may do')",
                 self.name,
                 len(externals),
-                "; ".join(record["externals"][:4])
-                + (f" and {len(externals) - 4} more" if len(externals) > 4 else ""),
+                first_few(record["externals"], "; "),
             )
 
 

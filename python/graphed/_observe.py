@@ -42,6 +42,12 @@ _RECENT_KEYS = 6
 _NAME = "graphed: "
 
 
+def first_few(names: list[str], separator: str = ", ", shown: int = 4) -> str:
+    """The first `shown` of `names` joined, and how many more there are: a message's list."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return separator.join(names[:shown]) + more
+
+
 def _mib(count: int) -> str:
     return f"{count / 2**20:.1f} MiB"
 

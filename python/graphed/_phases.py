@@ -50,6 +50,7 @@ import torch
 
 from ._inventory import Inventory, storages, synchronizing_call, where_outside_libraries
 from ._native import _graphed_fastcall as _fastcall
+from ._observe import first_few
 from ._tree import TreeSpec
 
 # Why the core runs a forward (ops/gf_host.h's gf_forward_phase), named once, by the extension.
@@ -317,7 +318,7 @@ class ForwardRuns:
                 with mode:
                     yield
             if staged:
-                inventory.finish(mode, self.call_state, "", [])
+                inventory.end_run()
         except BaseException:
             self.snapshot = None
             raise
@@ -356,7 +357,7 @@ class ForwardRuns:
             "it while eager would change it at every call. Keep per-call state in buffers or "
             "keep_alive tensors, which graphed puts back, or leave this module eager",
             self.name,
-            ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else ""),
+            first_few(names),
         )
 
     def check_template(self, phase: int, template: Any, outputs: list[torch.Tensor]) -> None:
@@ -367,8 +368,7 @@ class ForwardRuns:
         in_flight, self.capture_in_flight = self.capture_in_flight, None
         if in_flight is not None and phase == PHASE_CAPTURE:
             mode, inputs = in_flight
-            shapes = ", ".join(f"{str(t.dtype)[6:]}{list(t.shape)}" for t in inputs)
-            self.inventory.finish(mode, self.call_state, shapes, outputs)
+            self.inventory.finish_capture(mode, self.call_state, inputs, outputs)
         if phase in (PHASE_PROBE, PHASE_WARMUP):
             if self.templates is None:
                 self.templates = []
