@@ -22,13 +22,8 @@ import logging
 
 import pytest
 import torch
+from _gpu import on_gpu
 from graphed import GraphedForward
-
-
-def _gpu(test):
-    """A test of the device itself: marked gpu, skipped without CUDA."""
-    needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-    return pytest.mark.gpu(needs_cuda(test))
 
 
 class TwoLayers(torch.nn.Module):
@@ -141,7 +136,7 @@ def test_a_change_after_capture_is_captured_again(emulated_backend, change):
     _run_change(CHANGES[change], emulated_backend, "cpu")
 
 
-@_gpu
+@on_gpu
 @pytest.mark.parametrize("change", list(CHANGES))
 def test_a_change_after_capture_is_captured_again_on_the_device(change):
     _run_change(CHANGES[change], None, "cuda")
@@ -165,7 +160,7 @@ def test_an_in_place_update_keeps_the_graph(emulated_backend):
     assert (stats["captures"], stats["replays"]) == (1, 2), stats  # same addresses: no recapture
 
 
-@_gpu
+@on_gpu
 def test_an_in_place_update_replays_eagers_result_on_the_device():
     module = TwoLayers().cuda()
     gf = _graphed(module, None, "cuda")
@@ -502,7 +497,7 @@ def test_verify_catches_a_stale_graph_and_returns_eagers_result(emulated_backend
     assert any("verify" in r.message for r in caplog.records)
 
 
-@_gpu
+@on_gpu
 def test_verify_catches_a_stale_graph_on_the_device():
     module = ReadsAHiddenTensor().cuda()
     module.holder.offset = module.holder.offset.cuda()  # unseen by .cuda(), as by the watch

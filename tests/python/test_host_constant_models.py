@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import graphed
 import pytest
 import torch
+from _gpu import on_gpu
+from _outputs import assert_same_output
 from graphed import GraphedForward
-from torch.utils._pytree import tree_flatten
 
 CPU_CALLS = 3
 GPU_CALLS = 4
@@ -34,12 +35,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:.*Transformer2DModelOutput:FutureWarning"),
     pytest.mark.filterwarnings("ignore:.*FluxPosEmbed:FutureWarning"),
 ]
-
-
-def _gpu(test):
-    """A test of the device itself: marked gpu, skipped without CUDA."""
-    needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-    return pytest.mark.gpu(needs_cuda(test))
 
 
 def _randn(generator: torch.Generator, device: str, *shape: int) -> torch.Tensor:
@@ -286,31 +281,13 @@ def _eager(model: torch.nn.Module, kwargs: dict):
         return model(**kwargs)
 
 
-def _assert_same_output(got, want, *, values: bool) -> None:
-    """The graphed output has eager's structure (a tuple, as return_dict=False gives); every
-    tensor in it has eager's shape and dtype and, with `values`, its exact bits."""
-    assert type(got) is type(want)
-    got_leaves, got_spec = tree_flatten(got)
-    want_leaves, want_spec = tree_flatten(want)
-    assert got_spec == want_spec
-    for index, (mine, eagers) in enumerate(zip(got_leaves, want_leaves, strict=True)):
-        if not isinstance(eagers, torch.Tensor):
-            assert mine == eagers, index
-        elif values:
-            torch.testing.assert_close(
-                mine, eagers, rtol=0, atol=0, msg=lambda m, index=index: f"output {index}: {m}"
-            )
-        else:
-            assert (mine.shape, mine.dtype) == (eagers.shape, eagers.dtype), index
-
-
 def test_the_forward_is_captured_once_and_replayed_on_the_emulated_backend(case, emulated_backend):
     model = _build(case, "cpu")
     kwargs = case.inputs(model, "cpu", torch.Generator().manual_seed(1))
     want = _eager(model, kwargs)
     gf = GraphedForward(model, device="cpu", backend=emulated_backend)
     for call in range(CPU_CALLS):
-        _assert_same_output(gf(**kwargs), want, values=call == 0)
+        assert_same_output(gf(**kwargs), want, values=call == 0)
     stats = gf.stats()
     assert stats["enabled"], stats["disabled_reason"]
     assert stats["captures"] == 1, stats
@@ -323,11 +300,11 @@ def _calls_with_new_inputs_on_the_gpu(case: Case) -> GraphedForward:
     for seed in range(GPU_CALLS):
         kwargs = case.inputs(model, "cuda", torch.Generator(device="cuda").manual_seed(seed))
         want = _eager(model, kwargs)
-        _assert_same_output(gf(**kwargs), want, values=True)
+        assert_same_output(gf(**kwargs), want, values=True)
     return gf
 
 
-@_gpu
+@on_gpu
 def test_the_forward_is_captured_whole_and_every_call_matches_eager_bitwise_on_the_gpu(
     whole_case,
 ):
@@ -341,7 +318,7 @@ def test_the_forward_is_captured_whole_and_every_call_matches_eager_bitwise_on_t
     assert all(whole_case.read_in in e for e in externals), externals
 
 
-@_gpu
+@on_gpu
 def test_hidream_runs_in_regions_bitwise_equal_to_eager_on_the_gpu():
     """HiDream's forward synchronizes wherever its pipeline calls it: its mixture-of-experts
     layers read the routing counts on the host (`flat_expert_indices.bincount().cpu()`,
@@ -427,7 +404,7 @@ def test_falcon_decode_steps_replay_one_graph_on_the_emulated_backend(emulated_b
     assert stats["api_mismatches"] == 0, stats
 
 
-@_gpu
+@on_gpu
 def test_falcon_greedy_tokens_equal_eager_at_every_decode_step_on_the_gpu():
     model = _falcon().cuda()
     prompts = [_prompt("cuda", seed) for seed in range(1, REQUESTS + 1)]

@@ -23,15 +23,9 @@ import logging
 import graphed
 import pytest
 import torch
+from _gpu import on_gpu
 from graphed import GraphedForward
 from torch.utils._python_dispatch import TorchDispatchMode
-
-
-def _gpu(test):
-    """A test of the device itself: marked gpu, skipped without CUDA."""
-    needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-    return pytest.mark.gpu(needs_cuda(test))
-
 
 TABLE = torch.ones(4)
 
@@ -155,7 +149,7 @@ def test_inventory_refuses_what_is_no_graphed_forward():
 # -- on the device --------------------------------------------------------------------------------
 
 
-@_gpu
+@on_gpu
 def test_a_rebound_global_on_the_device_reads_the_new_tensor():
     _rebind_global(torch.ones(4, device="cuda"))
     module = ReadsAGlobal().cuda()
@@ -195,7 +189,7 @@ class HostConstants(torch.nn.Module):
         return out, picked, by_host_index
 
 
-@_gpu
+@on_gpu
 def test_host_constants_are_staged_and_captured_whole():
     module = HostConstants().cuda()
     gf = GraphedForward(module, device="cuda")
@@ -218,7 +212,7 @@ class RandomOnTheHost(torch.nn.Module):
         return x + torch.randn(x.shape[1]).to(x.device)
 
 
-@_gpu
+@on_gpu
 def test_a_host_constant_that_changes_between_runs_is_refused():
     module = RandomOnTheHost()
     gf = GraphedForward(module, device="cuda")
@@ -240,7 +234,7 @@ class _OperatorNames(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@_gpu
+@on_gpu
 def test_a_dispatch_mode_around_a_graphed_call_sees_the_forwards_operators():
     module = ReadsAPlainObject(device="cuda").cuda()
     gf = GraphedForward(module, device="cuda")
@@ -260,7 +254,7 @@ class ReadsOnTheHost(torch.nn.Module):
         return x * float(x.sum().item())
 
 
-@_gpu
+@on_gpu
 def test_the_sync_probe_names_the_forwards_line_and_what_synchronized():
     gf = GraphedForward(ReadsOnTheHost(), device="cuda", regions=False)
     x = torch.randn(2, 4, device="cuda")

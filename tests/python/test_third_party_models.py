@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _outputs import assert_same_output
 from graphed import GraphedForward
 
 CALLS = 3
@@ -167,22 +168,6 @@ def _build(case: Case, device: str) -> torch.nn.Module:
     return case.build().to(device).eval()
 
 
-def _assert_same_output(got, want, *, values: bool) -> None:
-    """The graphed output is of eager's ModelOutput type with its keys; every tensor field has
-    eager's shape and dtype and, with `values`, its exact bits."""
-    assert type(got) is type(want)
-    assert list(got.keys()) == list(want.keys())
-    for key, expected in want.items():
-        if not isinstance(expected, torch.Tensor):
-            assert got[key] == expected, key
-        elif values:
-            torch.testing.assert_close(
-                got[key], expected, rtol=0, atol=0, msg=lambda m, key=key: f"{key}: {m}"
-            )
-        else:
-            assert (got[key].shape, got[key].dtype) == (expected.shape, expected.dtype), key
-
-
 def _run_against_eager(case: Case, device: str, *, replays_compute: bool, backend=None):
     model = _build(case, device)
     gf = GraphedForward(model, device=device, backend=backend)
@@ -191,7 +176,7 @@ def _run_against_eager(case: Case, device: str, *, replays_compute: bool, backen
         kwargs = case.inputs(model, device, generator)
         with torch.no_grad():
             want = model(**kwargs)
-        _assert_same_output(gf(**kwargs), want, values=replays_compute or call == 0)
+        assert_same_output(gf(**kwargs), want, values=replays_compute or call == 0)
     stats = gf.stats()
     assert stats["enabled"], stats["disabled_reason"]
     # On a CUDA device the first call is answered from its last warm-up, not by a replay; the
