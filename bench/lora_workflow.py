@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -253,6 +254,80 @@ def run_workflow(family: str, device: torch.device, backend: str | None = None) 
     return results
 
 
+ROTATION = [
+    ("a", lambda m: (m.enable_lora(), m.set_adapters("a"))),
+    ("a 0.5, b 1.0", lambda m: (m.enable_lora(), m.set_adapters(["a", "b"], [0.5, 1.0]))),
+    ("disabled", lambda m: m.disable_lora()),
+]
+
+
+@dataclass
+class RotationResult:
+    """A multi-tenant rotation: one adapter state per request, ROTATION's three states in turn."""
+
+    requests: int
+    bitwise: bool  # every call equal to the model's own output
+    captures_in_first_rotation: int
+    captures_after_first_rotation: int
+    graphs: int
+    first_call_us: float  # median host time of a request's first call, after the first rotation
+    replay_us: float  # median host time of the other calls
+    reserved_ratio: float  # reserved device memory at the end / after the first rotation
+
+
+def run_rotation(
+    device: torch.device, requests: int = 24, calls: int = 3, backend: str | None = None
+) -> RotationResult:
+    """`requests` requests of `calls` calls on the SD3 transformer with two adapters, each request
+    switching to the next of ROTATION's states first; every call has new latents and is compared
+    with the model's own output. Host times are the graphed call's wall time with the device idle
+    before it (a tiny model: the call returns before its work ends)."""
+    model, make_inputs = sd3_transformer()
+    model = model.to(device).eval()
+    with tempfile.TemporaryDirectory() as folder:
+        _save_both(model, Path(folder))
+    inputs = make_inputs(device)
+    runner = graphed.GraphedForward(model, device=device, backend=backend, name="lora-rotation")
+    generator = torch.Generator(device=device).manual_seed(2)
+    bitwise, first_calls, replays = True, [], []
+    captures_after_first = reserved_after_first = 0
+    with torch.no_grad():
+        for request in range(requests):
+            if request == len(ROTATION):
+                captures_after_first = runner.stats()["captures"]
+                reserved_after_first = _reserved(device)
+            ROTATION[request % len(ROTATION)][1](model)
+            for call in range(calls):
+                latents = torch.randn(inputs["hidden_states"].shape, generator=generator,
+                                      device=device)  # fmt: skip
+                kwargs = {**inputs, "hidden_states": latents}
+                want = model(**kwargs)
+                _synchronize(device)
+                start = time.perf_counter()
+                got = runner(**kwargs)
+                elapsed_us = (time.perf_counter() - start) * 1e6
+                bitwise = bitwise and _equal(got, want)
+                if request >= len(ROTATION):
+                    (first_calls if call == 0 else replays).append(elapsed_us)
+    stats = runner.stats()
+    if not stats["enabled"]:
+        raise RuntimeError(f"{runner.name}: disabled: {stats['disabled_reason']}")
+    return RotationResult(
+        requests,
+        bitwise,
+        captures_after_first,
+        stats["captures"] - captures_after_first,
+        stats["graphs"],
+        statistics.median(first_calls),
+        statistics.median(replays),
+        _reserved(device) / reserved_after_first if reserved_after_first else 1.0,
+    )
+
+
+def _reserved(device: torch.device) -> int:
+    return torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -265,6 +340,16 @@ def main() -> None:
         for r in run_workflow(family, device):
             print(f"| {r.step} | {r.bitwise} | {r.largest_difference:.3g} | {r.captures} | "
                   f"{r.next_call_ms:.2f} |")  # fmt: skip
+    r = run_rotation(device)
+    first_over_replay = r.first_call_us / r.replay_us
+    first_verdict = "PASS" if first_over_replay <= 2 else "FAIL"
+    print(f"\nrotation of {len(ROTATION)} adapter states over {r.requests} requests: bitwise "
+          f"{r.bitwise}, captures {r.captures_in_first_rotation} in the first rotation and "
+          f"{r.captures_after_first_rotation} after it (target 0), graphs {r.graphs}; a request's "
+          f"first call {r.first_call_us:.1f} us against a replay's {r.replay_us:.1f} us: "
+          f"{first_over_replay:.2f}x (target <= 2x: {first_verdict}); "
+          f"reserved at the end {r.reserved_ratio:.2f}x that after the first rotation "
+          f"(target <= 1.5x: {'PASS' if r.reserved_ratio <= 1.5 else 'FAIL'})")  # fmt: skip
 
 
 if __name__ == "__main__":

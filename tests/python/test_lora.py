@@ -125,3 +125,22 @@ def test_an_adapter_rotation_captures_each_state_once_then_replays(emulated_back
         stats = gf.stats()
         assert stats["captures"] == 3, (request, stats)
         assert stats["graphs"] == 3 and stats["enabled"]
+
+
+def test_a_diffusers_rotation_captures_three_states_in_its_first_rotation_only(emulated_backend):
+    """The issue's rotation (bench/lora_workflow.run_rotation: SD3, set_adapters("a"), a and b
+    weighted, disable_lora, one state per request): the first rotation captures each state once,
+    the 21 requests after it capture nothing. The emulated replay returns what the capture wrote,
+    so values are the GPU test's."""
+    result = lora_workflow.run_rotation(torch.device("cpu"), backend=emulated_backend)
+    assert result.captures_in_first_rotation == 3, result
+    assert result.captures_after_first_rotation == 0, result
+    assert result.graphs == 3, result
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_diffusers_rotation_replays_every_state_bitwise_on_the_device():
+    result = lora_workflow.run_rotation(torch.device("cuda"))
+    assert result.bitwise, result
+    assert (result.captures_in_first_rotation, result.captures_after_first_rotation) == (3, 0)
