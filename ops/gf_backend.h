@@ -117,6 +117,14 @@ typedef struct gf_backend {
    * runner's device has no graphs (runner_create was not called). */
   int64_t (*device_bytes_reserved)(void *context, void *state);
   int64_t (*pool_bytes_reserved)(void *context, void *state);
+
+  /* Optional (default: nothing is held beyond the attempt's own buffers, which the runner has
+   * released). Called after a capture ran out of device memory, its entry released, before the
+   * eager run that answers the call: give back to the device what the runner's graph pool keeps
+   * cached for no graph (the memory the attempt's warm-ups and capture took), so that the eager
+   * run can have it. Best effort, never fails; a pool that holds graphs keeps its memory, which is
+   * theirs. */
+  void (*give_back_memory)(void *context, void *state);
 } gf_backend;
 
 enum { GF_COPY_INPUTS = 0, GF_COPY_OUTPUTS = 1 };

@@ -421,13 +421,20 @@ static gf_status gf_runner_capture_failed(gf_runner *runner, gf_status status, u
      * Q: The device ran out of memory during the probe, a warm-up or the capture of a new key (the
      *    forward's allocations, the static buffers, the graph): what does the caller get?
      * A: What eager gives: the attempt's entry is released first (its static buffers and graph;
-     *    the backend's capture end gave back what the graph pool had taken), and the call runs
-     *    eager, which raises eager's own error if eager runs out too. The runner stays enabled,
+     *    the backend's capture end gave back what the graph pool had taken), the backend gives
+     *    the device what its graph pool keeps cached for no graph (give_back_memory: a pool
+     *    holding no graph yet let the warm-ups allocate from it, and those blocks are no use to
+     *    an eager run), and the call runs eager, which raises eager's own error if eager runs
+     *    out too. A forward that fits eagerly so returns eager's result. The runner stays enabled,
      *    its graphs keep replaying, and the key is held back (gf_backoff.h) so that the next
      *    calls do not pay for the same failure; the first such failure is warned of, with torch's
      *    figures. With a process group it is a capture failure like any other (below), so that
      *    the ranks stay together. */
     gf_runner_hold_back(runner, key_hash, capture_err->message);
+    const gf_backend *backend = runner->backend;
+    if (backend->give_back_memory != NULL && runner->backend_state != NULL) {
+      backend->give_back_memory(backend->context, runner->backend_state);
+    }
     return gf_runner_run_eager(runner, inputs, count, options, results, err);
   }
   if (status == GF_ERR_FORWARD && runner->host.agree == NULL) {

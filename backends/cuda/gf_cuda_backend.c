@@ -225,6 +225,7 @@ static const gf_backend gf_cuda_backend = {
     .device_bytes_in_use = gf_cuda_torch_device_bytes_in_use,
     .device_bytes_reserved = gf_cuda_torch_device_bytes_reserved,
     .pool_bytes_reserved = gf_cuda_torch_pool_bytes_reserved,
+    .give_back_memory = gf_cuda_torch_give_back_memory,
 };
 
 const gf_backend *gf_cuda_backend_probe(char *why, size_t why_capacity) {

@@ -49,6 +49,30 @@ void take_own_reference(c10::DeviceIndex device, at::cuda::MempoolId_t id) {
   hold_host_pool(at::getHostAllocator(at::kCUDA), id, 0);
 }
 
+// Gives a released pool's cached memory back to the device; false on a torch without
+// emptyCache(MempoolId_t). Found at compile time, so that an older torch still builds.
+template <typename Allocator>
+auto empty_one_pool(Allocator *allocator, at::cuda::MempoolId_t id, int)
+    -> decltype(allocator->emptyCache(id), bool()) {
+  allocator->emptyCache(id);
+  return true;
+}
+template <typename Allocator> bool empty_one_pool(Allocator *, at::cuda::MempoolId_t, long) {
+  return false;
+}
+
+// This thread's stream capture mode set to relaxed while it lives, put back after.
+class RelaxedCaptureMode {
+public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode &) = delete;
+  RelaxedCaptureMode &operator=(const RelaxedCaptureMode &) = delete;
+
+private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // Makes `next` wait for the work queued on the pool's last stream, when that is another stream
 // (see gf_cuda_torch_order_replay). The side stream's work is in the handoff event already,
 // recorded where its warm-up or capture ended: recording on it here could join a capture another
@@ -121,6 +145,14 @@ void release_pool(gf_cuda_torch_pool *pool) noexcept {
   delete pool;
 }
 
+bool empty_released_pool(at::cuda::MempoolId_t id) {
+  // cudaFree, which another thread's capture in global mode would otherwise refuse (and be
+  // invalidated by): relaxed on this thread for the call, as a released pool's memory belongs to
+  // no graph.
+  RelaxedCaptureMode relaxed;
+  return empty_one_pool(c10::cuda::CUDACachingAllocator::get(), id, 0);
+}
+
 gf_status side_stream_begin(gf_cuda_torch_runner *runner, gf_error *err) {
   gf_cuda_torch_pool *pool = runner->pool;
   pool->capture_mutex.lock();
@@ -178,6 +210,29 @@ extern "C" gf_status gf_cuda_torch_pool_create(void *, int device_type, int devi
 
 extern "C" void gf_cuda_torch_pool_release(void *, void *pool) {
   graphed::cuda::release_pool(static_cast<gf_cuda_torch_pool *>(pool));
+}
+
+extern "C" void gf_cuda_torch_give_back_memory(void *, void *state) {
+  gf_cuda_torch_pool *pool = graphed::cuda::torch_runner_of(state)->pool;
+  // Not while a warm-up or capture of the pool is under way (a forward that calls another runner
+  // of the pool, whose capture failed inside this one's): the routing holds the id.
+  std::unique_lock<std::recursive_mutex> lock(pool->capture_mutex, std::try_to_lock);
+  if (!lock.owns_lock() || pool->routing_depth != 0 || pool->graphs.load() != 0) {
+    return;
+  }
+  try {
+    const at::cuda::MempoolId_t old = pool->id;
+    const at::cuda::MempoolId_t fresh = at::cuda::graph_pool_handle();
+    take_own_reference(pool->device, fresh);
+    pool->id = fresh;
+    // The old id's last reference: its blocks still in use (a tensor a warm-up made and the
+    // forward kept) stay valid and come back to it when freed; the free ones go to the device.
+    c10::cuda::CUDACachingAllocator::releasePool(pool->device, old);
+    release_host_pool(at::getHostAllocator(at::kCUDA), old, 0);
+    graphed::cuda::empty_released_pool(old);
+  } catch (...) {
+    // Left to torch's out-of-memory retry, which frees a released pool's cached blocks.
+  }
 }
 
 extern "C" gf_status gf_cuda_torch_order_replay(gf_cuda_torch_runner *runner, gf_error *err) {

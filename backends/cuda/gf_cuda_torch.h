@@ -55,6 +55,10 @@ int64_t gf_cuda_torch_pool_bytes_reserved(void *context, void *state);
 gf_status gf_cuda_torch_pool_create(void *context, int device_type, int device_index, void **pool,
                                     gf_error *err);
 void gf_cuda_torch_pool_release(void *context, void *pool);
+/* gf_cuda_pool.cpp: after a capture ran out of device memory (gf_backend.h's give_back_memory):
+ * a pool that holds no graph takes a fresh id, and the old one's cached blocks (what the failed
+ * attempt's warm-ups and capture allocated there) go back to the device. */
+void gf_cuda_torch_give_back_memory(void *context, void *state);
 
 /* gf_cuda_probe.cpp: torch's sync-debug mode "warn" around the first validated forward. */
 gf_status gf_cuda_torch_sync_probe_begin(void *context, void *state, gf_error *err);

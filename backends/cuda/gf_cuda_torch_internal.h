@@ -52,6 +52,9 @@
 // - A replay (gf_cuda_torch_order_replay) on another stream than the pool's last first makes that
 //   stream wait for the work queued on the last one: graphs of one pool share memory, so their
 //   replays must not overlap. Replays from several streams follow each other, never refused.
+// - A capture that ran out of device memory while the pool holds no graph leaves the pool's
+//   cached blocks (its warm-ups' allocations) to no one: the pool takes a fresh id and gives the
+//   old one's memory back to the device before the call runs eager (give_back_memory).
 // - When the last reference goes, the allocators' references go too and the pool's memory returns
 //   to the caching allocator (torch.cuda.empty_cache() then gives it back to the device).
 //
@@ -139,5 +142,12 @@ void release_pool(gf_cuda_torch_pool *pool) noexcept;
 // kept until end, which releases it also when it fails. On a failed begin nothing is held.
 gf_status side_stream_begin(gf_cuda_torch_runner *runner, gf_error *err);
 gf_status side_stream_end(gf_cuda_torch_runner *runner, gf_error *err);
+
+// Gives the cached memory of a pool whose every reference was released back to the device
+// (cudaFree of its free segments), on a torch whose allocator can empty one pool (its
+// emptyCache(MempoolId_t)); false on an older one, whose out-of-memory retry frees such a pool
+// instead. Throws where the allocator has a capture or a routing under way elsewhere (it asserts
+// that none is, as it synchronises).
+bool empty_released_pool(at::cuda::MempoolId_t id);
 
 } // namespace graphed::cuda

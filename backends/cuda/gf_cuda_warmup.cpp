@@ -28,37 +28,6 @@
 
 using graphed::cuda::torch_runner_of;
 
-namespace {
-
-// Gives a released scratch pool's cached memory back to the device (cudaFree of its free
-// segments), on a torch whose allocator can empty one pool (its emptyCache(MempoolId_t)); false
-// on an older one. Found at compile time, so that an older torch still builds. It throws where the
-// allocator has a capture or a routing under way elsewhere (it asserts that none is, as it
-// synchronises).
-template <typename Allocator>
-auto empty_one_pool(Allocator *allocator, at::cuda::MempoolId_t id, int)
-    -> decltype(allocator->emptyCache(id), bool()) {
-  allocator->emptyCache(id);
-  return true;
-}
-template <typename Allocator> bool empty_one_pool(Allocator *, at::cuda::MempoolId_t, long) {
-  return false;
-}
-
-// This thread's stream capture mode set to relaxed while it lives, put back after.
-class RelaxedCaptureMode {
-public:
-  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-  RelaxedCaptureMode(const RelaxedCaptureMode &) = delete;
-  RelaxedCaptureMode &operator=(const RelaxedCaptureMode &) = delete;
-
-private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
-
-} // namespace
-
 extern "C" gf_status gf_cuda_torch_warmup_begin(void *, void *state, gf_error *err) {
   gf_cuda_torch_runner *runner = torch_runner_of(state);
   gf_status status = graphed::cuda::side_stream_begin(runner, err);
@@ -103,13 +72,8 @@ extern "C" gf_status gf_cuda_torch_warmup_end(void *, void *state, gf_error *err
         // pool has no other, so its memory can go back to the device now.
         c10::cuda::CUDACachingAllocator::releasePool(pool->device, routed);
         if (routed != pool->id) {
-          // cudaFree, which another thread's capture in global mode would otherwise refuse (and
-          // be invalidated by): relaxed on this thread for the call, as the scratch pool's memory
-          // belongs to no graph.
-          RelaxedCaptureMode relaxed;
           try {
-            pool->scratch_pools_off =
-                !empty_one_pool(c10::cuda::CUDACachingAllocator::get(), routed, 0);
+            pool->scratch_pools_off = !graphed::cuda::empty_released_pool(routed);
           } catch (...) {
             pool->scratch_pools_off = true; // the warm-ups themselves went well
           }

@@ -68,9 +68,9 @@ struct gf_fake_graph {
 
 const char *gf_fake_hook_name(gf_fake_hook hook) {
   static const char *const names[GF_FAKE_HOOK_COUNT] = {
-      "none",          "runner_create",     "probe_begin",   "probe_end",  "warmup_begin",
-      "warmup_end",    "capture_begin",     "capture_end",   "copy_batch", "launch",
-      "release_graph", "capture_copy_node", "launch_folded",
+      "none",          "runner_create",     "probe_begin",   "probe_end",        "warmup_begin",
+      "warmup_end",    "capture_begin",     "capture_end",   "copy_batch",       "launch",
+      "release_graph", "capture_copy_node", "launch_folded", "give_back_memory",
   };
   return hook < GF_FAKE_HOOK_COUNT ? names[hook] : "unknown";
 }
@@ -96,7 +96,8 @@ static gf_status gf_fake_hook_result(gf_fake_backend *fake, gf_fake_hook hook, g
     fake->fail_skip--;
     return GF_OK;
   }
-  return gf_error_set(err, GF_ERR_BACKEND, "%s", fake->fail_message);
+  return gf_error_set(err, fake->fail_code != GF_OK ? fake->fail_code : GF_ERR_BACKEND, "%s",
+                      fake->fail_message);
 }
 
 /* Logs the hook and checks the runner is between begin/end pairs that allow it. */
@@ -322,6 +323,16 @@ static void gf_fake_release_graph(void *context, void *state, void *graph) {
   gf_fake_graph_free(graph);
 }
 
+static void gf_fake_give_back_memory(void *context, void *state) {
+  gf_fake_backend *fake = context;
+  gf_fake_log_push(fake->log, "give_back_memory");
+  gf_fake_check_state(fake, state);
+  if (gf_fake_busy(fake)) {
+    gf_fake_violation(fake, "give_back_memory inside a begin/end pair");
+  }
+  fake->calls[GF_FAKE_HOOK_GIVE_BACK_MEMORY]++;
+}
+
 void gf_fake_backend_init(gf_fake_backend *fake, gf_fake_log *log) {
   *fake = (gf_fake_backend){0};
   fake->log = log;
@@ -342,6 +353,7 @@ void gf_fake_backend_init(gf_fake_backend *fake, gf_fake_log *log) {
       .copy_batch = gf_fake_copy_batch,
       .launch = gf_fake_launch,
       .release_graph = gf_fake_release_graph,
+      .give_back_memory = gf_fake_give_back_memory,
   };
 }
 
@@ -602,6 +614,9 @@ gf_tensor gf_fake_host_tensor(gf_fake_host *host, int ndim, const int64_t *sizes
 static gf_status gf_fake_clone_static(void *context, const gf_tensor *live, gf_tensor *out,
                                       gf_error *err) {
   gf_fake_host *host = context;
+  if (host->clone_out_of_memory) {
+    return gf_error_set(err, GF_ERR_DEVICE_MEMORY, "fake host: out of memory for a static copy");
+  }
   gf_status status = gf_fake_allocate(host, live, out, err);
   if (status != GF_OK) {
     return status;
@@ -703,7 +718,9 @@ static gf_status gf_fake_run_forward(void *context, gf_forward_phase phase, cons
   if (host->fail_forward || (capturing && host->fail_forward_while_capturing) ||
       host->forward_calls == host->fail_forward_number) {
     /* The fact in the report, a plain failure as the status: the core tells them apart. */
-    report->error = host->forward_error_is_own ? GF_FORWARD_ERROR_OWN : GF_FORWARD_ERROR_NONE;
+    report->error = host->forward_error_is_own    ? GF_FORWARD_ERROR_OWN
+                    : host->forward_out_of_memory ? GF_FORWARD_ERROR_DEVICE_MEMORY
+                                                  : GF_FORWARD_ERROR_NONE;
     return gf_error_set(err, GF_ERR_BACKEND, "fake forward failed%s",
                         capturing ? " during capture" : "");
   }

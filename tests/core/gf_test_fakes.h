@@ -68,6 +68,7 @@ typedef enum gf_fake_hook {
   GF_FAKE_HOOK_RELEASE_GRAPH,
   GF_FAKE_HOOK_CAPTURE_COPY_NODE,
   GF_FAKE_HOOK_LAUNCH_FOLDED,
+  GF_FAKE_HOOK_GIVE_BACK_MEMORY,
   GF_FAKE_HOOK_COUNT
 } gf_fake_hook;
 
@@ -102,6 +103,7 @@ typedef struct gf_fake_backend {
   gf_fake_hook fail_hook;   /* the hook that fails, GF_FAKE_HOOK_NONE for none */
   int fail_skip;            /* calls of fail_hook that still succeed before it fails */
   char fail_message[128];
+  gf_status fail_code; /* what the failing hook returns (GF_ERR_BACKEND unless set) */
   uint64_t calls[GF_FAKE_HOOK_COUNT];
   size_t copies_total; /* copies across every copy_batch call */
   size_t last_batch_size;
@@ -153,6 +155,8 @@ typedef struct gf_fake_host {
   int fail_forward_while_capturing;
   uint64_t fail_forward_number; /* 0, or the forward (counted from 1) that fails */
   int forward_error_is_own;     /* the failing forward's report says its error is its own */
+  int forward_out_of_memory;    /* the failing forward's report says the device ran out */
+  int clone_out_of_memory;      /* clone_static fails with GF_ERR_DEVICE_MEMORY */
   int no_group;                 /* the host table has no agree hook (no process group) */
   int agree_forced;             /* 0: agree returns ok; else agree returns agree_value */
   int agree_value;

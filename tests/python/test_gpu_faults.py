@@ -1,8 +1,9 @@
 """Device faults graphed must survive on a GPU: a forward that runs out of memory during capture
 (the caller gets the out-of-memory error as eagerly, the entry's buffers are released, the runner
-stays enabled and a smaller key still captures), a replay after torch.cuda.empty_cache(), and a
-capture that other work invalidates (the runner is disabled with the reason and calls run eager;
-the process and other runners keep working)."""
+stays enabled and a smaller key still captures), a forward that fits eagerly but not beside its
+capture (eager's result, after the attempt gave back what it took), a replay after
+torch.cuda.empty_cache(), and a capture that other work invalidates (the runner is disabled with
+the reason and calls run eager; the process and other runners keep working)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,38 @@ def test_a_capture_invalidated_by_another_thread_runs_eager():
     other = GraphedForward(Greedy(), device="cuda")
     torch.testing.assert_close(other(x=x), x * 3)
     assert other.stats()["captures"] == 1
+
+
+class NeedsThreeBuffers(nn.Module):
+    """Eagerly holds its input and two intermediates of the same size at once, and returns a row."""
+
+    def forward(self, *, x):
+        doubled = x * 2
+        tripled = doubled * 3
+        return tripled[:1] + doubled[:1]
+
+
+def test_a_forward_that_fits_eagerly_gets_eagers_result_when_its_capture_does_not_fit():
+    """The allocator capped so that the forward fits eagerly (its input and two intermediates) but
+    not beside a capture's static copy of its input: the attempt runs out in its sync probe, gives
+    back what it took (the copy, and the probe's intermediate cached in the graph pool, which no
+    eager run could use), and the call runs eager. Three calls in a row return eager's result."""
+    unit = 256 * 2**20  # bytes of the input, and of each intermediate
+    x = torch.randn(unit // 4, device="cuda")
+    want = x[:1] * 2 * 3 + x[:1] * 2
+    gf = GraphedForward(NeedsThreeBuffers(), device="cuda", name="capped")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + 2.5 * unit) / total)
+    try:
+        for call in range(3):
+            torch.testing.assert_close(gf(x=x), want, rtol=0, atol=0, msg=f"call {call}")
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    stats = gf.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert (stats["captures"], stats["eager_calls"], stats["graphs"]) == (0, 3, 0), stats
+    small = torch.randn(64, device="cuda")
+    torch.testing.assert_close(gf(x=small), small[:1] * 2 * 3 + small[:1] * 2, rtol=0, atol=0)
+    assert gf.stats()["captures"] == 1, "another key still captures"
