@@ -184,12 +184,13 @@ static PyObject *gf_call_state_watch(gf_call_state *state, PyObject *const *args
   Py_RETURN_NONE;
 }
 
-/* verify(first, every): the calls of each graph both entries return as SampledCall from now on
- * (see gf_sampled_if_due); verify(0, 0) none. */
+/* verify(first, every, pending): the calls of each graph both entries return as SampledCall from
+ * now on (see gf_sampled_if_due), every call a graph serves while `pending` (a sampled call's
+ * comparison not read yet); verify(0, 0, False) none. */
 static PyObject *gf_call_state_verify(gf_call_state *state, PyObject *const *args,
                                       Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "CallState.verify(first: int, every: int)");
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "CallState.verify(first: int, every: int, pending: bool)");
     return NULL;
   }
   const unsigned long long first = PyLong_AsUnsignedLongLong(args[0]);
@@ -200,8 +201,13 @@ static PyObject *gf_call_state_verify(gf_call_state *state, PyObject *const *arg
   if (every == (unsigned long long)-1 && PyErr_Occurred()) {
     return NULL;
   }
+  const int pending = PyObject_IsTrue(args[2]);
+  if (pending < 0) {
+    return NULL;
+  }
   state->verify_first = first;
   state->verify_every = every;
+  state->verify_pending = pending;
   Py_RETURN_NONE;
 }
 
@@ -225,7 +231,8 @@ static PyMethodDef gf_call_state_methods[] = {
      "CHANGED when a dict was mutated, a list's or set's items changed or a tensor's data moved"},
     {"unwatch", (PyCFunction)gf_call_state_unwatch, METH_NOARGS, "unwatch(): no check"},
     {"verify", (PyCFunction)(void (*)(void))gf_call_state_verify, METH_FASTCALL,
-     "verify(first, every): each graph's first `first` calls and then one in `every` are "
+     "verify(first, every, pending): each graph's first `first` calls and then one in `every` "
+     "(every call while `pending`) are "
      "returned as SampledCall(result, served), for verify mode to compare with eager"},
     {"watch_fired", (PyCFunction)gf_call_state_watch_fired, METH_NOARGS,
      "watch_fired() -> bool: whether the next call would return CHANGED"},

@@ -34,8 +34,9 @@ extern "C" {
  *              one included (0 when it ran eager); both entries read it after the call to decide
  *              whether it is one verify mode compares with eager (graphed._verify).
  * Set once or by their own methods, outside the lock's protocol:
- *   verify_first, verify_every  set by CallState.verify (graphed._verify): the calls of each graph
- *              compared with eager, the first N and then one in K (0: none).
+ *   verify_first, verify_every, verify_pending  set by CallState.verify (graphed._verify): the
+ *              calls of each graph compared with eager, the first N and then one in K (0: none),
+ *              and every call while a sampled call's comparison on the device is still to read.
  *   rebuild    callable(template, outputs), given to the constructor.
  *   last_key   bytes, the key of the latest fast-path call (NULL before one), reused by the next
  *              call whose walk gives the same bytes (gf_fastcall.c).
@@ -96,6 +97,7 @@ typedef struct gf_call_state {
   unsigned long long served;
   unsigned long long verify_first;
   unsigned long long verify_every;
+  int verify_pending;
   struct gf_baked *baked;
   int run_error;      /* a gf_forward_error */
   int run_kept_state; /* 1: the run now in flight changed no state besides its inputs and outputs */

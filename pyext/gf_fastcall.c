@@ -147,12 +147,13 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, gf_call_i
  * the call's references and the outputs either way. */
 /* A call verify mode compares with eager (graphed._verify): one a graph served (served > 0, the
  * capturing call included) within the first verify_first of that graph, or one in verify_every
- * after them; returned as SampledCall(result, served), and every other call as its result, so
- * that a call not sampled costs the caller one type test. Steals `rebuilt`. */
+ * after them, or any while a verdict is pending; returned as SampledCall(result, served), and every
+ * other call as its result, so that a call not sampled costs the caller one type test. Steals
+ * `rebuilt`. */
 static PyObject *gf_sampled_if_due(const gf_call_state *state, unsigned long long served,
                                    PyObject *rebuilt) {
   const unsigned long long first = state->verify_first;
-  if (served == 0 || (served > first &&
+  if (served == 0 || (served > first && !state->verify_pending &&
                       (state->verify_every == 0 || (served - first) % state->verify_every != 0))) {
     return rebuilt;
   }

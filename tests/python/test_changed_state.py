@@ -597,3 +597,42 @@ def test_a_lazy_setup_in_the_first_run_is_no_change(emulated_backend, caplog):
     stats = gf.stats()
     assert (stats["captures"], stats["replays"]) == (1, 4), stats
     assert not [r for r in caplog.records if "changed" in r.message], caplog.records
+
+
+@on_gpu
+def test_sampled_verify_on_the_device_compares_without_waiting_and_tells_at_a_later_call():
+    """A sampled call compares on the device: no synchronization (sync debug mode "error" would
+    raise), the graph's result returned; once the device has written the verdict, the next call
+    disables the runner with the path and the difference and returns eager's result."""
+    module = ReadsAHiddenTensor().cuda()
+    module.holder.offset = module.holder.offset.cuda()  # unseen by .cuda(), as by the watch
+    gf = GraphedForward(module, device="cuda", verify_every=3)
+    x = _stale_after_capture(gf, module, "cuda")
+    for _ in range(2):
+        gf(x)  # the graph's calls 1 (its first replay) and 2 are not sampled
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        stale = gf(x)  # call 3: sampled, compared on the device
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert gf.stats()["enabled"], "the verdict is read at a later call"
+    torch.cuda.synchronize()
+    assert not torch.equal(stale, _eager(module, x)), "the graph's stale result was returned"
+    torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)
+    reason = gf.stats()["disabled_reason"]
+    assert "verify: call 3 of a graph (one in 3 sampled) differed from eager at output" in reason
+    assert "largest difference 1 (bitwise" in reason, reason
+
+
+@on_gpu
+def test_sampled_verify_on_the_device_keeps_a_faithful_graph_replaying():
+    module = TwoLayers().cuda()
+    gf = GraphedForward(module, device="cuda", verify_every=1)  # every call sampled
+    for step in range(24):
+        x = _x("cuda") + step
+        torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)
+    torch.cuda.synchronize()
+    gf(_x("cuda"))  # reads the last verdicts
+    stats = gf.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert stats["captures"] == 1 and stats["replays"] >= 24, stats
