@@ -18,7 +18,8 @@ from timing import choose_host_clock, gc_paused
 
 RATIO_METHODS = (
     "graphed", "graphed_changing", "graphed_op", "graphed_python", "graphed_positional",
-    "graphed_weights", "graphed_lora", "graphed_verify_unsampled", "graphed_externals",
+    "graphed_weights", "graphed_lora", "graphed_verify_unsampled", "graphed_verify_sampled",
+    "graphed_externals", "eager",
 )  # fmt: skip
 
 
