@@ -107,6 +107,10 @@ class _Transformers:
         )
 
 
+# The one reason a decode step's cache is not graphed that a later step may not have.
+_NOT_ALLOCATED = "has layers the prefill did not allocate"
+
+
 def _one_token_a_row(kwargs: dict) -> bool:
     """A decode step: the forward extends each sequence by one position."""
     tokens = kwargs.get("input_ids")
@@ -213,6 +217,9 @@ class GraphedGeneration:
         self._held: OrderedDict[int, _Held] = OrderedDict()  # by serial, least recent first
         self._lock = threading.RLock()
         self._warned: set[str] = set()
+        # The last cache whose decode steps were found ungraphable (its layers' kinds, an
+        # offloading or dynamic cache): its next steps run eagerly without another look.
+        self._declined: weakref.ref | None = None
         # Streams to order the held tensors' work by: only where a CUDA device answers (on a machine
         # without one, asking for a stream would hide graphed's own error behind torch's).
         self._on_cuda = self.graphed.device.type == "cuda" and torch.cuda.is_available()
@@ -262,6 +269,11 @@ class GraphedGeneration:
                     f"{', '.join(kwargs)}): graph_generation finds no cache to graph"
                 )
             return self._eager(args, kwargs, None)
+        declined = self._declined
+        if declined is not None and declined() is cache:
+            # A cache left eager by design (said once): no look at its layers again, so that a
+            # declined decode step costs what generate() costs without graphed.
+            return self._eager(args, kwargs, cache)
         # Under the lock: which set a cache is bound to, and which a new cache takes (_held_for).
         with self._lock:
             tensors = self._layer_tensors(cache)
@@ -337,6 +349,11 @@ class GraphedGeneration:
         except AttributeError as error:
             missing = error.name or str(error)
         why, mismatch = self._why_not_graphable(cache, missing)
+        if why is not None and not mismatch and why != _NOT_ALLOCATED:
+            try:  # left eager by design, for good: the next steps skip this look
+                self._declined = weakref.ref(cache)
+            except TypeError:  # a cache that takes no weak reference is looked at each step
+                pass
         if mismatch:
             self._mismatch(f"a decode step on a {type(cache).__name__} {why}")
         elif why is not None:
@@ -387,7 +404,7 @@ class GraphedGeneration:
                 "sliding window keeps its length as a Python int, which a graph would bake in)",
                 False,
             )
-        return "has layers the prefill did not allocate", False
+        return _NOT_ALLOCATED, False
 
     def _checked(self, cache: Any, tensors: list[Any]) -> bool:
         """A new cache's layer tensors are tensors (warned otherwise)."""

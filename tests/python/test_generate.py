@@ -445,6 +445,23 @@ def test_caches_a_graph_cannot_hold_run_every_forward_eager(make, options, named
     assert stats["eager_forwards"] == 2 * NEW_TOKENS, stats
 
 
+def test_a_declined_caches_layers_are_looked_at_once_a_request(emulated_backend, monkeypatch):
+    """A declined decode step costs what generate() costs without graphed: the cache's layers are
+    looked at on its first decode step only (bench/declined_generate.py times it)."""
+    model = _build(_mistral_with_a_sliding_window, "cpu")
+    prompt = _prompt(model, "cpu")
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    looks = []
+    why_not = generation._why_not_graphable
+    monkeypatch.setattr(generation, "_why_not_graphable", lambda *a: looks.append(1) or why_not(*a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            _generate(model, prompt, cache_implementation="static")
+    assert len(looks) == 2, "one look a request (generate() makes a new cache each)"
+    assert generation.stats()["eager_forwards"] == 2 * NEW_TOKENS
+
+
 def test_an_encoder_decoder_model_runs_eager_and_says_so_once(emulated_backend):
     """An encoder-decoder model (T5: decoder_input_ids, an EncoderDecoderCache) is not what
     graph_generation graphs: its tokens are eager's and one warning says why."""
