@@ -142,14 +142,26 @@ class Verification(NamedTuple):
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor's bytes, so that bitwise equality holds for NaN and signed zeros too."""
-    flat = tensor.detach().reshape(-1).contiguous()
-    return flat.view(torch.uint8) if flat.dtype != torch.bool else flat
+    """The tensor's bytes, so that bitwise equality holds for NaN and signed zeros too (a
+    contiguous tensor's as a view, its last dimension counted in bytes)."""
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bool:
+        return tensor
+    if tensor.dim() > 0 and tensor.is_contiguous():
+        return tensor.view(torch.uint8)
+    return tensor.reshape(-1).contiguous().view(torch.uint8)
 
 
-# Verdicts of sampled calls that may wait for the device at once; one more waits for the oldest.
-_PENDING_MOST = 4
+# Verdicts of sampled calls that may wait for the device at once (and the bytes of outputs they
+# hold, for the report), so that sampling faster than the device answers (verify_every=1) holds
+# a bounded number of outputs; one more waits for the oldest.
+_PENDING_MOST = 32
+_PENDING_BYTES_MOST = 256 * 2**20
 _NOT_WRITTEN = 2  # a verdict byte the device has not written yet (it writes 0 or 1)
+# Where a sampled call's comparison is queued and its verdict read at a later call; elsewhere
+# (the CPU, whose work is done as it is queued) the call compares at once. Tests widen it to
+# show the later reading on the CPU.
+DEFERRED_DEVICE_TYPES = ("cuda",)
 
 
 class _Verdict(NamedTuple):
@@ -162,6 +174,7 @@ class _Verdict(NamedTuple):
     served: int
     replayed: Any
     expected: Any
+    nbytes: int  # of the compared tensors, both sides
 
 
 class Verifier:
@@ -172,6 +185,7 @@ class Verifier:
         self.verification = verification
         self._call_state: Any = None
         self._pending: collections.deque[_Verdict] = collections.deque()
+        self._pending_bytes = 0
         self._spare_bytes: list[torch.Tensor] = []
 
     def arm(self, call_state: Any) -> None:
@@ -201,8 +215,12 @@ class Verifier:
         deferred = served > verification.calls
         difference, unread = verification._difference(result, expected, values=not deferred)
         if difference is None and unread:
-            if len({got.device for got, _ in unread}) == 1 and unread[0][0].is_cuda:
-                self._queue(verification.differs_on_device(unread), served, result, expected)
+            devices = {got.device for got, _ in unread}
+            if len(devices) == 1 and unread[0][0].device.type in DEFERRED_DEVICE_TYPES:
+                if self._full() and self._wait_and_read(runner):  # an earlier call differed
+                    return expected
+                self._queue(verification.differs_on_device(unread), served, unread, result,
+                            expected)  # fmt: skip
                 return result
             difference = verification.difference(result, expected)
         if difference is None:
@@ -210,20 +228,30 @@ class Verifier:
         self._disable(runner, served, difference)
         return expected
 
-    def _queue(self, flag: torch.Tensor, served: int, replayed: Any, expected: Any) -> None:
+    def _full(self) -> bool:
+        return len(self._pending) >= _PENDING_MOST or self._pending_bytes > _PENDING_BYTES_MOST
+
+    def _wait_and_read(self, runner: Any) -> bool:
+        """Sampled faster than the device answers: waits for the oldest verdict alone (its
+        stream's later work, this call's included, goes on), then reads what is written."""
+        oldest = self._pending[0]
+        while oldest.byte[0] == _NOT_WRITTEN and not oldest.stream.query():
+            pass
+        return self._read_verdicts(runner)
+
+    def _queue(
+        self, flag: torch.Tensor, served: int, pairs: list, replayed: Any, expected: Any
+    ) -> None:
         """Copies the device's verdict to a pinned byte behind the comparison, without waiting."""
-        if len(self._pending) >= _PENDING_MOST:
-            # Sampled faster than the device answers: wait for the oldest verdict alone (its
-            # stream's later work, this call's included, goes on).
-            oldest = self._pending[0]
-            while oldest.byte[0] == _NOT_WRITTEN and not oldest.stream.query():
-                pass
-        host = self._spare_bytes.pop() if self._spare_bytes else _pinned_byte()
+        nbytes = 2 * sum(got.numel() * got.element_size() for got, _ in pairs)
+        on_cuda = flag.is_cuda
+        host = self._spare_bytes.pop() if self._spare_bytes else _verdict_byte(on_cuda)
         byte = host.numpy()
         byte[0] = _NOT_WRITTEN
-        host.view(torch.bool).copy_(flag.reshape(1), non_blocking=True)
-        stream = torch.cuda.current_stream(flag.device)
-        self._pending.append(_Verdict(byte, host, stream, served, replayed, expected))
+        host.view(torch.bool).copy_(flag.reshape(1), non_blocking=on_cuda)
+        stream = torch.cuda.current_stream(flag.device) if on_cuda else _DONE
+        self._pending.append(_Verdict(byte, host, stream, served, replayed, expected, nbytes))
+        self._pending_bytes += nbytes
         if len(self._pending) == 1:
             self._set_pending(True)
 
@@ -236,6 +264,7 @@ class Verifier:
             if written == _NOT_WRITTEN:
                 return False
             self._pending.popleft()
+            self._pending_bytes -= verdict.nbytes
             self._spare_bytes.append(verdict.host)
             if not self._pending:
                 self._set_pending(False)
@@ -244,6 +273,7 @@ class Verifier:
                 if difference is None:  # the caller changed the returned tensors since
                     difference = "on the device (the returned tensors have changed since)"
                 self._pending.clear()
+                self._pending_bytes = 0
                 self._set_pending(False)
                 self._disable(runner, verdict.served, difference)
                 return True
@@ -269,5 +299,16 @@ class Verifier:
         runner.disable(reason, "verify")
 
 
-def _pinned_byte() -> torch.Tensor:
-    return torch.empty(1, dtype=torch.uint8, pin_memory=True)
+def _verdict_byte(pinned: bool) -> torch.Tensor:
+    return torch.empty(1, dtype=torch.uint8, pin_memory=pinned)
+
+
+class _Done:
+    """The "stream" of a comparison the CPU made as it was queued: done."""
+
+    @staticmethod
+    def query() -> bool:
+        return True
+
+
+_DONE = _Done()

@@ -23,7 +23,7 @@ import logging
 import pytest
 import torch
 from _gpu import on_gpu
-from graphed import GraphedForward
+from graphed import GraphedForward, _verify
 
 
 class TwoLayers(torch.nn.Module):
@@ -636,3 +636,37 @@ def test_sampled_verify_on_the_device_keeps_a_faithful_graph_replaying():
     stats = gf.stats()
     assert stats["enabled"], stats["disabled_reason"]
     assert stats["captures"] == 1 and stats["replays"] >= 24, stats
+
+
+def test_a_sampled_calls_verdict_read_at_a_later_call_disables_there_with_the_difference(
+    emulated_backend, monkeypatch
+):
+    """The later reading of a sampled call's verdict (where the comparison is queued on a device:
+    graphed._verify.DEFERRED_DEVICE_TYPES, widened to the CPU here): the sampled call returns the
+    graph's result; the next call reads the verdict, disables the runner with the path and the
+    difference and returns eager's result."""
+    monkeypatch.setattr(_verify, "DEFERRED_DEVICE_TYPES", ("cuda", "cpu"))
+    module = ReadsAHiddenTensor()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, verify_every=4)
+    x = _stale_after_capture(gf, module, "cpu")
+    for _ in range(3):
+        gf(x)  # calls 2 and 3 are not sampled, call 4 is: its verdict waits for the next call
+    assert gf.stats()["enabled"]
+    torch.testing.assert_close(gf(x), _eager(module, x), rtol=0, atol=0)
+    reason = gf.stats()["disabled_reason"]
+    assert "verify: call 4 of a graph (one in 4 sampled) differed from eager at output" in reason
+    assert "largest difference 1 (bitwise" in reason, reason
+
+
+def test_a_faithful_graphs_verdicts_read_later_keep_it_replaying(emulated_backend, monkeypatch):
+    monkeypatch.setattr(_verify, "DEFERRED_DEVICE_TYPES", ("cuda", "cpu"))
+    gf = GraphedForward(TwoLayers(), device="cpu", backend=emulated_backend, verify_every=1)
+    x = _x()
+    waiting = []
+    for _ in range(6):
+        gf(x)  # the emulated replay returns what the capture wrote: the same input each call
+        waiting.append(len(gf._verifier._pending))
+    assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
+    # Every call (the capturing one included: here its graph's replay answers it) reads the last
+    # verdict and queues its own.
+    assert waiting == [1] * 6, waiting
