@@ -14,6 +14,7 @@ static const char *const gf_cause_names[GF_CAUSE_COUNT] = {
     [GF_CAUSE_GROUP_RELEASED] = "group_released",
     [GF_CAUSE_WATCH] = "watch",
     [GF_CAUSE_RECAPTURE_LIMIT] = "recapture_limit",
+    [GF_CAUSE_STEP_CACHE] = "step_cache",
 };
 
 const char *gf_disable_cause_name(int cause) {

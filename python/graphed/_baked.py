@@ -53,6 +53,7 @@ from typing import Any
 import torch
 from torch.nn.modules import module as _module_globals
 
+from . import _step_caches as step_caches
 from ._native import _graphed_fastcall as _fastcall
 from ._observe import first_few
 from ._phases import StateToKeep
@@ -220,24 +221,41 @@ class BakedState:
         return changed
 
 
-def weight_moving_hook(module: torch.nn.Module) -> str | None:
-    """A sentence naming the first hook that moves the module's weights at every call (accelerate's
-    model or sequential CPU offload) or changes what a forward computes from call to call
-    (diffusers' hook registry: group offloading, caches that skip blocks by step), or None."""
+def weight_moving_hook(module: torch.nn.Module, own: bool = True) -> tuple[str, str] | None:
+    """The first hook on the module's tree that moves its weights at every call (accelerate's
+    model or sequential CPU offload, diffusers' group offloading) or may change what a forward
+    computes from call to call (any other diffusers hook that is not a step cache graphed goes
+    beneath: graphed._step_caches), as (what it is, what to do); None when there is none. `own`
+    False: the runner's forward runs beneath the module's own step-cache hooks (a region of a
+    cached module), which are then not its concern."""
     for path, submodule in module.named_modules():
         attributes = vars(submodule)
         hook = attributes.get("_hf_hook")
         if hook is not None and _moves_weights(hook):
             name = type(hook).__name__
-            return f"accelerate's {name} hook on {_where(path)} moves its weights at every call"
-        registry = attributes.get("_diffusers_hook")
-        names = list(getattr(registry, "hooks", {}) or {}) if registry is not None else []
-        if names:
-            return (
-                f"diffusers' {', '.join(names)} hook(s) on {_where(path)} change what the forward "
-                "computes or where its weights are from call to call"
+            return f"accelerate's {name} hook on {_where(path)} moves its weights at every call", (
+                _OFFLOAD_ADVICE
             )
+        hooks = step_caches.hooks_of(submodule)
+        if not hooks or step_caches.is_cached(submodule):
+            continue
+        names = ", ".join(hooks)
+        if any(type(each).__module__.endswith(".group_offloading") for each in hooks.values()):
+            return f"diffusers' {names} hook(s) on {_where(path)} move its weights", _OFFLOAD_ADVICE
+        return (
+            f"diffusers' {names} hook(s) on {_where(path)} may change what the forward computes "
+            "from call to call, and graphed cannot graph beneath them",
+            "To graph this module remove those hooks (its _diffusers_hook.remove_hook(name)), or "
+            "graph the modules below them instead",
+        )
     return None
+
+
+_OFFLOAD_ADVICE = (
+    "To graph this module keep it on the device (for a diffusers pipeline, pipe.to(device) "
+    "instead of enable_model_cpu_offload, enable_sequential_cpu_offload or "
+    "enable_group_offload), and wrap it after removing the hooks"
+)
 
 
 _swaps_counted = False
@@ -342,17 +360,20 @@ class Watch:
             self.stop()
             return
         count_swaps()
-        hook = weight_moving_hook(module)
-        if hook is not None:
+        # A region of a cached module runs beneath the module's own hooks (graphed._regions).
+        own = runner._forward_call is module
+        refused = weight_moving_hook(module, own)
+        if refused is not None:
             self.stop()
-            reason = (
-                f"{hook}, and a graph replays the addresses its capture saw; calls run eager. "
-                "To graph this module keep it on the device (for a diffusers pipeline, "
-                "pipe.to(device) instead of enable_model_cpu_offload or "
-                "enable_sequential_cpu_offload), and wrap it after removing the hooks"
-            )
+            what, advice = refused
+            reason = f"{what}, and a graph replays what its capture saw; calls run eager. {advice}"
             # Said once: the disable's own report (graphed._observe) names the reason.
             runner.disable(reason, "watch")
+            return
+        cached = step_caches.cached_modules(module, own)
+        if cached:
+            self.stop()
+            runner.disable(step_caches.reason(cached), "step_cache")  # it runs in regions
             return
         self.record(module)
         if self._call_state.watch_fired():

@@ -16,7 +16,11 @@ in flight on this thread, and to the original forward otherwise. The region's Gr
 calls that original forward (its `_forward_call`), never the child itself, and watches the child.
 The override is installed once, not around each call of the parent: a region's watch checks the
 child's `__dict__`, and writing it at every call would make every region compare its whole module
-at every call.
+at every call. A child carrying a diffusers step cache's hooks (graphed._step_caches) gets its
+Region beneath them instead: in the hook chain's reference to the child's own forward, which the
+hooks call when they decide the module computes; the hooks' decisions run in Python at every call,
+and a module with such a child below it is looked through, never a region itself. A runner whose
+forward carries step caches runs in regions from its first call (disabled_cause "step_cache").
 
 A region's first call runs eagerly and vets the call: its arguments must be keyable and its
 output rebuildable (graphed._tree raises TypeError otherwise). One that fails stays eager, with the
@@ -45,6 +49,7 @@ from typing import Any
 import torch
 
 from . import _arguments
+from . import _step_caches as step_caches
 from ._memory import MemoryPool
 from ._reentry import ReentryDepth
 from ._tree import flatten_kwargs, flatten_output
@@ -62,8 +67,9 @@ _log = logging.getLogger("graphed")
 
 # What a region is, as regions() says it.
 PENDING, GRAPHED, EAGER, SPLIT = "pending", "graphed", "eager", "split"
-# The disabled_cause of a runner whose forward cannot be captured whole (ops/gf_disable_cause.h).
-_CANNOT_BE_CAPTURED = "capture_failed"
+# The disabled_causes of a runner whose forward cannot be captured whole (ops/gf_disable_cause.h):
+# its capture failed, or it carries step caches' hooks (graphed._step_caches).
+_CANNOT_BE_CAPTURED = ("capture_failed", "step_cache")
 
 
 def _is_container(module: torch.nn.Module) -> bool:
@@ -80,9 +86,12 @@ def candidates(module: torch.nn.Module, prefix: str = "") -> list[tuple[str, tor
     through containers, without leaf modules; each module once. A module whose forward calls a
     child other than through the child's `forward` attribute (graph_generation's decode step
     calls the model's forward as bound before it was replaced) names that child in
-    REGIONS_LOOK_THROUGH: its children are the candidates, as a container's are."""
+    REGIONS_LOOK_THROUGH: its children are the candidates, as a container's are. A module carrying
+    a step cache's hooks is a candidate, graphed beneath them (graphed._step_caches); one with such
+    a module below it is looked through, as its forward holds a hook's decision."""
     found: list[tuple[str, torch.nn.Module]] = []
     seen: set[int] = set()
+    above_cached = step_caches.above_cached(module)
 
     def visit(parent: torch.nn.Module, path_prefix: str) -> None:
         look_through = getattr(parent, "REGIONS_LOOK_THROUGH", ())
@@ -91,9 +100,14 @@ def candidates(module: torch.nn.Module, prefix: str = "") -> list[tuple[str, tor
                 continue
             seen.add(id(child))
             path = f"{path_prefix}{name}"
-            if _is_container(child) or name in look_through:
+            cached = step_caches.is_cached(child)
+            if (
+                _is_container(child)
+                or name in look_through
+                or (id(child) in above_cached and not cached)
+            ):
                 visit(child, f"{path}.")
-            elif _has_children(child):
+            elif _has_children(child) or cached:
                 found.append((path, child))
 
     visit(module, prefix)
@@ -119,19 +133,30 @@ class Region:
         # raised with this unchanged was refused by graphed, before the forward ran.
         self.entered = 0
         self._had_override = "forward" in vars(module)
-        self.original = module.forward
+        # Beneath a step cache's hooks: where their chain holds the module's own forward, which
+        # the region replaces there (the hooks keep deciding, in Python); else the module's
+        # `forward` attribute, hooks and all.
+        self._reference = step_caches.own_forward_reference(module)
+        self.beneath_hooks = self._reference is not None
+        self.original = getattr(*self._reference) if self._reference is not None else module.forward
         self.__wrapped__ = self.original
         # The kwargs a positional call binds to, as the region's GraphedForward binds them.
         names, limit = _arguments.positional_names(module)
         self._bind = functools.partial(_arguments.bind_positional, tree.name, names, limit)
 
     def install(self) -> None:
-        vars(self.module)["forward"] = self
+        if self._reference is not None:
+            setattr(*self._reference, self)
+        else:
+            vars(self.module)["forward"] = self
 
     def remove(self) -> None:
         """Puts the original forward back (if this Region is still the one installed)."""
         attributes = vars(self.module)
-        if attributes.get("forward") is self:
+        if self._reference is not None:
+            if getattr(*self._reference) is self:
+                setattr(*self._reference, self.original)
+        elif attributes.get("forward") is self:
             if self._had_override:
                 attributes["forward"] = self.original
             else:
@@ -350,7 +375,7 @@ def splits_into_regions(runner: Any) -> bool:
     (stats()["disabled_cause"]), and its module has a submodule worth a region."""
     module = runner.module
     return (
-        runner.stats()["disabled_cause"] == _CANNOT_BE_CAPTURED
+        runner.stats()["disabled_cause"] in _CANNOT_BE_CAPTURED
         and isinstance(module, torch.nn.Module)
         and bool(candidates(module))
     )

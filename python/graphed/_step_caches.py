@@ -1,0 +1,117 @@
+"""Diffusers' step caches under graphs: which hooks they are, and where a graph can go beneath them.
+
+`transformer.enable_cache(config)` (FirstBlockCache, TaylorSeer, MagCache,
+PyramidAttentionBroadcast, FasterCache, SeaCache) registers hooks on blocks or attention modules
+through diffusers' hook registry (`module._diffusers_hook`). Each hook decides per call, in Python,
+whether the module computes or returns what it cached: by a host step counter (TaylorSeer,
+PyramidAttentionBroadcast), or by reading a device value with `.item()` (FirstBlockCache, MagCache).
+A graph of a forward that contains such a hook would bake one decision in. So a forward carrying
+them is never captured whole: it runs in regions (graphed._regions, disabled_cause "step_cache"),
+the hooks run as diffusers wrote them, and each cached module's own forward, the one the hook calls
+through its function reference (`fn_ref.original_forward`), is a region graphed beneath the hook.
+The rest of the forward is graphed as regions too.
+
+A hook is a step cache by where diffusers defines it (the modules of diffusers.hooks named in
+_STEP_CACHE_MODULES); any other diffusers hook (group offloading moves weights, layerwise casting
+changes dtypes, an unknown one may change what a module computes) is not gone beneath: the watch
+refuses it (graphed._baked.weight_moving_hook). A cached module is graphed beneath its hooks only
+where the bottom of its hook chain is the module's own forward, as diffusers' registry leaves it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# The diffusers.hooks modules whose hooks are step caches: a decision per call, in the hook, and
+# the module's own forward called through the hook's function reference when it computes.
+_STEP_CACHE_MODULES = frozenset(
+    {
+        "first_block_cache",
+        "taylorseer_cache",
+        "mag_cache",
+        "pyramid_attention_broadcast",
+        "faster_cache",
+        "sea_cache",
+    }
+)
+
+
+def hooks_of(module: torch.nn.Module) -> dict[str, Any]:
+    """The diffusers hooks registered on `module` itself, by name ({} for none)."""
+    registry = vars(module).get("_diffusers_hook")
+    hooks = getattr(registry, "hooks", None) if registry is not None else None
+    return dict(hooks) if isinstance(hooks, dict) else {}
+
+
+def is_step_cache(hook: Any) -> bool:
+    """Whether a diffusers hook is one of the step caches graphed goes beneath."""
+    package, _, name = type(hook).__module__.rpartition(".")
+    return package == "diffusers.hooks" and name in _STEP_CACHE_MODULES
+
+
+def own_forward_reference(module: torch.nn.Module) -> tuple[Any, str] | None:
+    """Where the module's hook chain holds the module's own forward: the first hook's function
+    reference and its attribute ("original_forward" for a hook with its own new_forward, else
+    "forward"), or None when the bottom of the chain is something else (another wrapper)."""
+    registry = vars(module).get("_diffusers_hook")
+    references = getattr(registry, "_fn_refs", None) if registry is not None else None
+    if not references:
+        return None
+    bottom = references[0]
+    attribute = "original_forward" if getattr(bottom, "original_forward", None) else "forward"
+    held = getattr(bottom, attribute, None)
+    own = getattr(type(module), "forward", None)
+    if getattr(held, "__self__", None) is module and getattr(held, "__func__", None) is own:
+        return bottom, attribute
+    if getattr(held, "module", None) is module and getattr(held, "beneath_hooks", False):
+        return bottom, attribute  # a region of graphed's is installed there already
+    return None
+
+
+def is_cached(module: torch.nn.Module) -> bool:
+    """Whether `module` carries step-cache hooks only, with its own forward reachable beneath."""
+    hooks = hooks_of(module)
+    return (
+        bool(hooks)
+        and all(is_step_cache(hook) for hook in hooks.values())
+        and own_forward_reference(module) is not None
+    )
+
+
+def cached_modules(module: torch.nn.Module, own: bool = True) -> list[tuple[str, str]]:
+    """The (path, hook names) of every module under `module` (itself too when `own`) whose hooks
+    are all step caches graphed can go beneath, in tree order."""
+    return [
+        (path, ", ".join(hooks_of(submodule)))
+        for path, submodule in module.named_modules()
+        if (own or path) and is_cached(submodule)
+    ]
+
+
+def above_cached(module: torch.nn.Module) -> set[int]:
+    """The ids of the modules under `module` that have a cached module below them: their forward
+    contains a hook's decision, so they are never regions themselves (graphed._regions descends
+    into them)."""
+    found: set[int] = set()
+    for path, submodule in module.named_modules():
+        if not path or not is_cached(submodule):
+            continue
+        parent = module
+        for name in path.split(".")[:-1]:
+            parent = getattr(parent, name)
+            found.add(id(parent))
+    return found
+
+
+def reason(cached: list[tuple[str, str]]) -> str:
+    """The disabled_reason of a runner whose forward carries step caches (`cached_modules`)."""
+    shown = ", ".join(f"{hooks} on '{path}'" for path, hooks in cached[:3])
+    more = f" and {len(cached) - 3} more" if len(cached) > 3 else ""
+    return (
+        f"the forward carries diffusers' step cache hooks ({shown}{more}), which decide at every "
+        "call whether a module computes; a graph of the whole forward would bake one decision in, "
+        "so it runs in regions: the hooks run as diffusers wrote them, each cached module's own "
+        "forward is graphed beneath its hook, and the rest of the forward is graphed in parts"
+    )

@@ -1,0 +1,217 @@
+"""diffusers' step caches under graphed (graphed._step_caches): a transformer with
+`enable_cache(config)` wrapped in a GraphedForward, or its pipeline through graph_pipeline, runs in
+regions with each cached module graphed beneath its hook, and every step equals the same model run
+eagerly with the same cache.
+
+A tiny random FluxTransformer2DModel (2 double and 2 single blocks, fp32; nothing downloaded) in a
+9-step loop whose next latents come from the model's output, each call inside
+`cache_context("cond")` as the pipelines do, two requests with the cache's state reset between them
+(`_reset_stateful_cache`), against an identical eager copy with the same cache config. The caches:
+FirstBlockCache and MagCache (decide by reading a device value, `.item()`), TaylorSeer and
+PyramidAttentionBroadcast (decide by a host step counter). The CPU tests use the emulated backend,
+whose replays return what the capture wrote: they check the routing (the runner in regions, each
+cached module a region beneath its hook, the hooks still skipping) and the values of the first
+step; the GPU tests compare every step bitwise. Skipped without diffusers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import graphed
+import pytest
+import torch
+from _gpu import on_gpu
+from graphed import GraphedForward
+
+diffusers = pytest.importorskip("diffusers")
+hooks = pytest.importorskip("diffusers.hooks")
+
+STEPS, REQUESTS = 9, 2
+pytestmark = [pytest.mark.filterwarnings("ignore:.*FluxPosEmbed:FutureWarning")]
+
+
+class Timestep:
+    """The timestep of the step in flight, for PyramidAttentionBroadcast's callback."""
+
+    def __init__(self) -> None:
+        self.value = 1000
+
+
+def _configs(clock: Timestep) -> dict[str, Callable[[], Any]]:
+    return {
+        "FirstBlockCache": lambda: hooks.FirstBlockCacheConfig(threshold=0.5),
+        "TaylorSeer": lambda: hooks.TaylorSeerCacheConfig(
+            cache_interval=2, disable_cache_before_step=2, max_order=1
+        ),
+        "MagCache": lambda: hooks.MagCacheConfig(
+            threshold=0.5, num_inference_steps=STEPS, mag_ratios=[1.0] + [0.95] * (STEPS - 1)
+        ),
+        "PyramidAttentionBroadcast": lambda: hooks.PyramidAttentionBroadcastConfig(
+            spatial_attention_block_skip_range=2,
+            spatial_attention_timestep_skip_range=(-1, 1001),
+            current_timestep_callback=lambda: clock.value,
+        ),
+    }
+
+
+CACHES = list(_configs(Timestep()))
+
+
+def _flux(device: str) -> torch.nn.Module:
+    from diffusers import FluxTransformer2DModel
+
+    torch.manual_seed(0)
+    model = FluxTransformer2DModel(
+        patch_size=1, in_channels=4, num_layers=2, num_single_layers=2, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=16, pooled_projection_dim=16,
+        axes_dims_rope=(4, 6, 6),
+    )  # fmt: skip
+    return model.to(device).eval()
+
+
+def _inputs(latents: torch.Tensor, step: int) -> dict:
+    device = latents.device
+    generator = torch.Generator(device=device).manual_seed(1)
+    return {
+        "hidden_states": latents,
+        "encoder_hidden_states": torch.randn(1, 6, 16, generator=generator, device=device),
+        "pooled_projections": torch.randn(1, 16, generator=generator, device=device),
+        "timestep": torch.tensor([1.0 - step / STEPS], device=device),
+        "img_ids": torch.zeros(16, 3, device=device),
+        "txt_ids": torch.zeros(6, 3, device=device),
+        "return_dict": False,
+    }
+
+
+def _requests(model: Any, cached_model: torch.nn.Module, clock: Timestep) -> list[torch.Tensor]:
+    """REQUESTS requests of STEPS steps through `model` (the cached model, or a GraphedForward of
+    it), the cache reset between them; every step's output."""
+    outputs = []
+    device = next(cached_model.parameters()).device
+    with torch.no_grad():
+        for request in range(REQUESTS):
+            latents = torch.randn(
+                1, 16, 4, generator=torch.Generator(device=device).manual_seed(request),
+                device=device,
+            )  # fmt: skip
+            for step in range(STEPS):
+                clock.value = int(1000 * (1 - step / STEPS))
+                with cached_model.cache_context("cond"):
+                    output = model(**_inputs(latents, step))[0]
+                outputs.append(output)
+                latents = latents - output / STEPS
+            cached_model._reset_stateful_cache()
+    return outputs
+
+
+def _both(cache: str, device: str, backend: str | None) -> tuple[list, list, GraphedForward]:
+    """Every step of the eager cached model and of a GraphedForward of an identical one."""
+    clocks = Timestep(), Timestep()
+    eager_model, graphed_model = _flux(device), _flux(device)
+    eager_model.enable_cache(_configs(clocks[0])[cache]())
+    graphed_model.enable_cache(_configs(clocks[1])[cache]())
+    want = _requests(eager_model, eager_model, clocks[0])
+    gf = GraphedForward(graphed_model, device=device, backend=backend)
+    got = _requests(gf, graphed_model, clocks[1])
+    return got, want, gf
+
+
+def _cached_paths(model: torch.nn.Module) -> list[str]:
+    return [path for path, _ in graphed._step_caches.cached_modules(model)]
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_a_cached_transformer_runs_in_regions_graphed_beneath_its_hooks(cache, emulated_backend):
+    got, want, gf = _both(cache, "cpu", emulated_backend)
+    stats = gf.stats()
+    assert stats["disabled_cause"] == "step_cache", stats
+    assert "step cache hooks" in stats["disabled_reason"]
+    regions = {entry["path"]: entry for entry in gf.regions()}
+    cached = _cached_paths(gf.module)
+    assert cached and all(regions[path]["state"] == "graphed" for path in cached), regions
+    # The hooks still decide: a skipping cache leaves some calls of its modules' graphs out.
+    replays = [regions[path]["stats"]["replays"] for path in cached]
+    calls = REQUESTS * STEPS
+    assert all(0 < count + 1 <= calls for count in replays), replays
+    assert any(count + 1 < calls for count in replays), f"{cache} skipped nothing: {replays}"
+    # Modules above a cached one are never regions (their forward holds a hook's decision).
+    above = graphed._step_caches.above_cached(gf.module)
+    named = dict(gf.module.named_modules())
+    assert not [path for path in regions if id(named[path]) in above]
+    # The emulated replay returns what the capture wrote: values on the first step only.
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+
+
+def test_a_hook_graphed_cannot_go_beneath_keeps_the_runner_eager_with_its_name(
+    emulated_backend,
+):
+    from diffusers.hooks import HookRegistry, ModelHook
+
+    class Doubles(ModelHook):
+        def post_forward(self, module, output):
+            return output * 2
+
+    model = _flux("cpu")
+    HookRegistry.check_if_exists_or_initialize(model.norm_out).register_hook(Doubles(), "doubles")
+    gf = GraphedForward(model, device="cpu", backend=emulated_backend)
+    stats = gf.stats()
+    assert stats["disabled_cause"] == "watch", stats
+    reason = stats["disabled_reason"]
+    assert "doubles hook(s) on 'norm_out'" in reason and "remove those hooks" in reason, reason
+    assert "pipe.to(device)" not in reason, "the offload advice is for offload hooks only"
+
+
+@on_gpu
+@pytest.mark.parametrize("cache", CACHES)
+def test_every_step_equals_eager_with_the_same_cache_bitwise_on_the_gpu(cache):
+    got, want, gf = _both(cache, "cuda", None)
+    for index, (step, eager) in enumerate(zip(got, want, strict=True)):
+        assert torch.equal(step, eager), f"{cache}: request {index // STEPS}, step {index % STEPS}"
+    regions = {entry["path"]: entry for entry in gf.regions()}
+    for path in _cached_paths(gf.module):
+        assert regions[path]["state"] == "graphed", regions[path]
+        assert regions[path]["stats"]["replays"] > 0, regions[path]
+
+
+# -- through the pipeline's own call ---------------------------------------------------------------
+
+PIPELINE_CACHES = ["FirstBlockCache", "TaylorSeer"]
+PIPELINE_STEPS = 6
+
+
+def _pipelines(cache: str, order: str, device: str, backend: str | None) -> tuple:
+    """An eager FluxPipeline with `cache` and an identical one graphed (graph_pipeline before or
+    after enable_cache, as `order` says); each one's images of two calls, and the runner."""
+    pipelines = pytest.importorskip("test_diffusers_pipelines")
+    images = []
+    for graphed_one in (False, True):
+        pipe, call = pipelines._build("flux", device=device)
+        runner = None
+        if graphed_one and order == "graph_pipeline first":
+            runner = graphed.graph_pipeline(pipe, device=device, backend=backend)["transformer"]
+        pipe.transformer.enable_cache(_configs(Timestep())[cache]())
+        if graphed_one and order == "enable_cache first":
+            runner = graphed.graph_pipeline(pipe, device=device, backend=backend)["transformer"]
+        images.append([pipelines._run(pipe, call, steps=PIPELINE_STEPS) for _ in range(2)])
+    return images[1], images[0], runner
+
+
+@pytest.mark.parametrize("order", ["enable_cache first", "graph_pipeline first"])
+@pytest.mark.parametrize("cache", PIPELINE_CACHES)
+def test_a_cached_pipeline_runs_its_transformer_in_regions(cache, order, emulated_backend):
+    got, want, runner = _pipelines(cache, order, "cpu", emulated_backend)
+    assert runner.stats()["disabled_cause"] == "step_cache", runner.stats()
+    states = {entry["path"]: entry["state"] for entry in runner.regions()}
+    assert all(states[path] in ("graphed", "pending") for path in _cached_paths(runner.module))
+    assert [image.shape for image in got] == [image.shape for image in want]
+
+
+@on_gpu
+@pytest.mark.parametrize("order", ["enable_cache first", "graph_pipeline first"])
+@pytest.mark.parametrize("cache", PIPELINE_CACHES)
+def test_a_cached_pipelines_images_equal_eagers_bitwise_on_the_gpu(cache, order):
+    got, want, runner = _pipelines(cache, order, "cuda", None)
+    for index, (image, eager) in enumerate(zip(got, want, strict=True)):
+        assert torch.equal(image, eager), f"{cache}, {order}: call {index}"
+    assert any(entry["state"] == "graphed" for entry in runner.regions()), runner.regions()
