@@ -3,7 +3,8 @@
 regions with each cached module graphed beneath its hook, and every step equals the same model run
 eagerly with the same cache.
 
-A tiny random FluxTransformer2DModel (2 double and 2 single blocks, fp32; nothing downloaded) in a
+A tiny random FluxTransformer2DModel (2 double and 2 single blocks, fp32; nothing downloaded), and a
+WanTransformer3DModel (2 blocks) with the caches diffusers applies to it, each in a
 9-step loop whose next latents come from the model's output, each call inside
 `cache_context("cond")` as the pipelines do, two requests with the cache's state reset between them
 (`_reset_stateful_cache`), against an identical eager copy with the same cache config. The caches:
@@ -72,6 +73,8 @@ def _flux(device: str) -> torch.nn.Module:
 
 
 def _inputs(latents: torch.Tensor, step: int) -> dict:
+    """What FluxPipeline passes its transformer: packed latents (a 4x4 grid of 4 channels), T5 and
+    pooled CLIP embeddings, the timestep / 1000, image and text ids."""
     device = latents.device
     generator = torch.Generator(device=device).manual_seed(1)
     return {
@@ -85,36 +88,74 @@ def _inputs(latents: torch.Tensor, step: int) -> dict:
     }
 
 
-def _requests(model: Any, cached_model: torch.nn.Module, clock: Timestep) -> list[torch.Tensor]:
+def _wan(device: str) -> torch.nn.Module:
+    from diffusers import WanTransformer3DModel
+
+    torch.manual_seed(0)
+    model = WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4,
+        out_channels=4, text_dim=16, freq_dim=256, ffn_dim=32, num_layers=2, cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", rope_max_seq_len=32,
+    )  # fmt: skip
+    return model.to(device).eval()
+
+
+def _wan_inputs(latents: torch.Tensor, step: int) -> dict:
+    """What WanPipeline passes its transformer: video latents (2 frames of 8x8), UMT5 embeddings,
+    the scheduler's timestep."""
+    device = latents.device
+    generator = torch.Generator(device=device).manual_seed(1)
+    return {
+        "hidden_states": latents,
+        "encoder_hidden_states": torch.randn(1, 6, 16, generator=generator, device=device),
+        "timestep": torch.tensor([1000 - 1000 * step // STEPS], device=device),
+        "return_dict": False,
+    }
+
+
+# Per transformer: its builder, its inputs from the step's latents, the latents' shape, and the
+# caches diffusers applies to it (TaylorSeer's default patterns name no module of Wan's).
+MODELS = {
+    "Flux": (_flux, _inputs, (1, 16, 4), CACHES),
+    "Wan": (_wan, _wan_inputs, (1, 4, 2, 8, 8), [c for c in CACHES if c != "TaylorSeer"]),
+}
+CASES = [(model, cache) for model, (*_, caches) in MODELS.items() for cache in caches]
+
+
+def _requests(
+    model: Any, cached_model: torch.nn.Module, clock: Timestep, kind: str = "Flux"
+) -> list[torch.Tensor]:
     """REQUESTS requests of STEPS steps through `model` (the cached model, or a GraphedForward of
     it), the cache reset between them; every step's output."""
+    _, inputs, shape, _ = MODELS[kind]
     outputs = []
     device = next(cached_model.parameters()).device
     with torch.no_grad():
         for request in range(REQUESTS):
-            latents = torch.randn(
-                1, 16, 4, generator=torch.Generator(device=device).manual_seed(request),
-                device=device,
-            )  # fmt: skip
+            generator = torch.Generator(device=device).manual_seed(request)
+            latents = torch.randn(shape, generator=generator, device=device)
             for step in range(STEPS):
                 clock.value = int(1000 * (1 - step / STEPS))
                 with cached_model.cache_context("cond"):
-                    output = model(**_inputs(latents, step))[0]
+                    output = model(**inputs(latents, step))[0]
                 outputs.append(output)
                 latents = latents - output / STEPS
             cached_model._reset_stateful_cache()
     return outputs
 
 
-def _both(cache: str, device: str, backend: str | None) -> tuple[list, list, GraphedForward]:
+def _both(
+    cache: str, device: str, backend: str | None, kind: str = "Flux"
+) -> tuple[list, list, GraphedForward]:
     """Every step of the eager cached model and of a GraphedForward of an identical one."""
+    build = MODELS[kind][0]
     clocks = Timestep(), Timestep()
-    eager_model, graphed_model = _flux(device), _flux(device)
+    eager_model, graphed_model = build(device), build(device)
     eager_model.enable_cache(_configs(clocks[0])[cache]())
     graphed_model.enable_cache(_configs(clocks[1])[cache]())
-    want = _requests(eager_model, eager_model, clocks[0])
+    want = _requests(eager_model, eager_model, clocks[0], kind)
     gf = GraphedForward(graphed_model, device=device, backend=backend)
-    got = _requests(gf, graphed_model, clocks[1])
+    got = _requests(gf, graphed_model, clocks[1], kind)
     return got, want, gf
 
 
@@ -122,9 +163,11 @@ def _cached_paths(model: torch.nn.Module) -> list[str]:
     return [path for path, _ in graphed._step_caches.cached_modules(model)]
 
 
-@pytest.mark.parametrize("cache", CACHES)
-def test_a_cached_transformer_runs_in_regions_graphed_beneath_its_hooks(cache, emulated_backend):
-    got, want, gf = _both(cache, "cpu", emulated_backend)
+@pytest.mark.parametrize(("kind", "cache"), CASES)
+def test_a_cached_transformer_runs_in_regions_graphed_beneath_its_hooks(
+    kind, cache, emulated_backend
+):
+    got, want, gf = _both(cache, "cpu", emulated_backend, kind)
     stats = gf.stats()
     assert stats["disabled_cause"] == "step_cache", stats
     assert "step cache hooks" in stats["disabled_reason"]
@@ -164,11 +207,12 @@ def test_a_hook_graphed_cannot_go_beneath_keeps_the_runner_eager_with_its_name(
 
 
 @on_gpu
-@pytest.mark.parametrize("cache", CACHES)
-def test_every_step_equals_eager_with_the_same_cache_bitwise_on_the_gpu(cache):
-    got, want, gf = _both(cache, "cuda", None)
+@pytest.mark.parametrize(("kind", "cache"), CASES)
+def test_every_step_equals_eager_with_the_same_cache_bitwise_on_the_gpu(kind, cache):
+    got, want, gf = _both(cache, "cuda", None, kind)
     for index, (step, eager) in enumerate(zip(got, want, strict=True)):
-        assert torch.equal(step, eager), f"{cache}: request {index // STEPS}, step {index % STEPS}"
+        where = f"{kind}, {cache}: request {index // STEPS}, step {index % STEPS}"
+        assert torch.equal(step, eager), where
     regions = {entry["path"]: entry for entry in gf.regions()}
     for path in _cached_paths(gf.module):
         assert regions[path]["state"] == "graphed", regions[path]
