@@ -6,7 +6,8 @@ parts are: when a GraphedForward's capture fails (its disabled_reason starts "ca
 its forward runs eagerly from then on, in Python, and each submodule it calls runs through a
 GraphedForward of its own (a region), made with the parent's options and one memory pool for the
 tree. A region whose own capture fails splits the same way into its children, so the search goes
-as deep as it pays; leaf modules (a single Linear or norm: a kernel or two) are never regions.
+as deep as it pays; leaf modules (a single Linear or norm: a kernel or two) are never regions,
+but under step caches a leaf of the model's own code is (a rotary embedding: tens of kernels).
 
 The candidates are the module's children, descending through containers that are not callable
 (nn.ModuleList, nn.ModuleDict). Each gets a `Region`, installed as the child's instance `forward`
@@ -77,6 +78,11 @@ def _is_container(module: torch.nn.Module) -> bool:
     return getattr(type(module), "forward", None) is torch.nn.Module.forward
 
 
+def _model_code(module: torch.nn.Module) -> bool:
+    """A module whose class is not torch's own (torch.nn's Linear, LayerNorm, Conv...)."""
+    return not type(module).__module__.startswith("torch.")
+
+
 def _has_children(module: torch.nn.Module) -> bool:
     return next(iter(module.children()), None) is not None
 
@@ -92,6 +98,9 @@ def candidates(module: torch.nn.Module, prefix: str = "") -> list[tuple[str, tor
     found: list[tuple[str, torch.nn.Module]] = []
     seen: set[int] = set()
     above_cached = step_caches.above_cached(module)
+    # Under step caches the forward's own Python runs eagerly at every call, so a leaf module of
+    # the model's own code (a rotary embedding: tens of kernels) is worth a region too.
+    own_leaves = bool(above_cached) or step_caches.is_cached(module)
 
     def visit(parent: torch.nn.Module, path_prefix: str) -> None:
         look_through = getattr(parent, "REGIONS_LOOK_THROUGH", ())
@@ -107,7 +116,7 @@ def candidates(module: torch.nn.Module, prefix: str = "") -> list[tuple[str, tor
                 or (id(child) in above_cached and not cached)
             ):
                 visit(child, f"{path}.")
-            elif _has_children(child) or cached:
+            elif _has_children(child) or cached or (own_leaves and _model_code(child)):
                 found.append((path, child))
 
     visit(module, prefix)
