@@ -216,7 +216,8 @@ def test_every_step_equals_eager_with_the_same_cache_bitwise_on_the_gpu(kind, ca
     regions = {entry["path"]: entry for entry in gf.regions()}
     for path in _cached_paths(gf.module):
         assert regions[path]["state"] == "graphed", regions[path]
-        assert regions[path]["stats"]["replays"] > 0, regions[path]
+        # A cache may skip a module at every call after its capture (Wan's second block here).
+        assert regions[path]["stats"]["captures"] == 1, regions[path]
 
 
 # -- through the pipeline's own call ---------------------------------------------------------------
