@@ -13,15 +13,27 @@
  * called on the mutation itself, so a forward that sets attributes costs one increment each. */
 static int gf_dict_watcher = -1;
 static uint64_t gf_dict_mutations;
+/* The latest mutated dicts, mutation n at n % GF_DICT_LOG: which of a watch's dicts changed is told
+ * from them (gf_baked_changes) while fewer than GF_DICT_LOG mutations happened since it was armed.
+ * A pointer here may be a dict freed since; an armed dict is held by its watch, so a logged
+ * pointer equal to an armed dict's is that dict. */
+enum { GF_DICT_LOG = 4096 };
+static PyObject *gf_dict_log[GF_DICT_LOG];
 
 static int gf_baked_dict_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key,
                                PyObject *new_value) {
   (void)event;
-  (void)dict;
   (void)key;
   (void)new_value;
+  gf_dict_log[gf_dict_mutations % GF_DICT_LOG] = dict;
   gf_dict_mutations++;
   return 0;
+}
+
+static int gf_compare_pointers(const void *a, const void *b) {
+  const uintptr_t left = (uintptr_t) * (PyObject *const *)a;
+  const uintptr_t right = (uintptr_t) * (PyObject *const *)b;
+  return left < right ? -1 : left > right;
 }
 #else
 #define GF_DICT_WATCHERS 0
@@ -257,4 +269,75 @@ int gf_baked_changed(const gf_baked *baked) {
     }
   }
   return gf_fastcall_torch_tensors_moved(baked->watched_tensors, baked->tensor_count);
+}
+
+/* The watched dicts mutated since the watch was armed, appended to `changed`: 0, 1 when that
+ * cannot be told (more mutations than the log holds), -1 with a Python error. */
+static int gf_baked_changed_dicts(const gf_baked *baked, PyObject *changed) {
+  const Py_ssize_t count = PyTuple_GET_SIZE(baked->dicts);
+#if GF_DICT_WATCHERS
+  const uint64_t since = gf_dict_mutations - baked->mutations;
+  if (since == 0) {
+    return 0;
+  }
+  if (since > GF_DICT_LOG) {
+    return 1;
+  }
+  PyObject **logged = malloc((size_t)since * sizeof *logged);
+  if (logged == NULL) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (uint64_t i = 0; i < since; ++i) {
+    logged[i] = gf_dict_log[(baked->mutations + i) % GF_DICT_LOG];
+  }
+  qsort(logged, (size_t)since, sizeof *logged, gf_compare_pointers);
+  int status = 0;
+  for (Py_ssize_t i = 0; status == 0 && i < count; ++i) {
+    PyObject *dict = PyTuple_GET_ITEM(baked->dicts, i);
+    if (bsearch(&dict, logged, (size_t)since, sizeof *logged, gf_compare_pointers) != NULL) {
+      status = PyList_Append(changed, dict);
+    }
+  }
+  free(logged);
+  return status;
+#else
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject *dict = PyTuple_GET_ITEM(baked->dicts, i);
+    if (gf_dict_version(dict) != baked->versions[i] && PyList_Append(changed, dict) != 0) {
+      return -1;
+    }
+  }
+  return 0;
+#endif
+}
+
+PyObject *gf_baked_changes(const gf_baked *baked) {
+  if (baked->swaps != gf_tensor_swaps) {
+    Py_RETURN_NONE;
+  }
+  PyObject *changed = PyList_New(0);
+  if (changed == NULL) {
+    return NULL;
+  }
+  int status = gf_baked_changed_dicts(baked, changed);
+  for (size_t i = 0; status == 0 && i < baked->sequence_count; ++i) {
+    const gf_watched_sequence *watched = &baked->watched_sequences[i];
+    if (gf_sequence_changed(watched)) {
+      status = PyList_Append(changed, watched->sequence);
+    }
+  }
+  for (size_t i = 0; status == 0 && i < baked->tensor_count; ++i) {
+    if (gf_fastcall_torch_tensors_moved(&baked->watched_tensors[i], 1)) {
+      status = PyList_Append(changed, PyTuple_GET_ITEM(baked->tensors, (Py_ssize_t)i));
+    }
+  }
+  if (status != 0) {
+    Py_DECREF(changed);
+    if (status < 0) {
+      return NULL;
+    }
+    Py_RETURN_NONE;
+  }
+  return changed;
 }

@@ -23,8 +23,11 @@
  *    graphed._baked wraps to count): one counter, read first, as a swapped parameter keeps its
  *    Python object and its module's dicts but not the TensorImpl the watch read.
  * Who does what: this file arms and checks (CallState.watch / watch_fired, and `call` before each
- * call, which returns CHANGED when it fires); graphed._baked's Watch records, compares and
- * settles (what a change means: a recapture, or eager under an offload hook). */
+ * call, which returns CHANGED when it fires) and says what changed (watch_changes: the dicts from a
+ * log of the latest mutations on 3.12+, from their version tags before; the lists, sets and
+ * tensors by comparison), so that graphed._baked's Watch records again only the modules that read
+ * them; the Watch records, compares and settles (what a change means: a recapture, or eager under
+ * an offload hook). */
 #ifndef GF_BAKED_H
 #define GF_BAKED_H
 
@@ -48,6 +51,12 @@ gf_baked *gf_baked_arm(PyObject *dicts, PyObject *tensors, PyObject *sequences);
  * data address changed since the watch was armed (or may have: another watched dict's mutation
  * counts too on Python 3.12+), else 0. Never raises. */
 int gf_baked_changed(const gf_baked *baked);
+
+/* What changed since the watch was armed: a new list of the watched dicts, lists, sets and tensors
+ * that changed (each once), so that the Python layer records only what reads them again; None when
+ * that cannot be told (a tensor swap, or more dict mutations than the log keeps), NULL with a
+ * Python error. */
+PyObject *gf_baked_changes(const gf_baked *baked);
 
 void gf_baked_free(gf_baked *baked);
 

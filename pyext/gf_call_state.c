@@ -225,6 +225,14 @@ static PyObject *gf_call_state_watch_fired(gf_call_state *state, PyObject *unuse
   return PyBool_FromLong(state->baked != NULL && gf_baked_changed(state->baked));
 }
 
+static PyObject *gf_call_state_watch_changes(gf_call_state *state, PyObject *unused) {
+  (void)unused;
+  if (state->baked == NULL) {
+    Py_RETURN_NONE;
+  }
+  return gf_baked_changes(state->baked);
+}
+
 static PyMethodDef gf_call_state_methods[] = {
     {"watch", (PyCFunction)(void (*)(void))gf_call_state_watch, METH_FASTCALL,
      "watch(dicts, tensors, sequences): checked before each call from now on; a call returns "
@@ -236,6 +244,10 @@ static PyMethodDef gf_call_state_methods[] = {
      "returned as SampledCall(result, served), for verify mode to compare with eager"},
     {"watch_fired", (PyCFunction)gf_call_state_watch_fired, METH_NOARGS,
      "watch_fired() -> bool: whether the next call would return CHANGED"},
+    {"watch_changes", (PyCFunction)gf_call_state_watch_changes, METH_NOARGS,
+     "watch_changes() -> list | None: the watched dicts, lists, sets and tensors that changed "
+     "since armed, or None when that cannot be told (nothing watched, a swap, too many "
+     "mutations)"},
     {"record_error", (PyCFunction)(void (*)(void))gf_call_state_record_error, METH_FASTCALL,
      "record_error(exception, kind): the forward's exception, re-raised to the caller of the "
      "call; kind 1 (its own error) or 2 (out of device memory while capturing) goes into the "

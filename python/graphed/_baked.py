@@ -18,23 +18,23 @@ the Python values, and the tensors' addresses; a swap of two tensors' contents
 Python values: a forward reads numbers and flags from its module (peft's LoRA layers keep the
 adapters' `scaling` dict, `_disable_adapters`, `merged_adapters` and `_active_adapter` there; a
 model keeps `self.cfg["scale"]`), and a graph bakes what they were at capture. Each attribute of
-each submodule that is not a tensor, a submodule or torch's own bookkeeping is recorded as a
-value: scalars (None, bool, int, float, complex, str, bytes, enums, torch dtypes, devices and
-layouts) as themselves; dicts, lists, tuples and sets by their items, down to _VALUE_LEVELS levels
-(the attribute, its items, theirs), the dicts watched for mutation and the lists and sets
-compared item by item; a tensor among the items by its record, its address watched like an
-attribute's; any other object by its identity
-and class (an attention processor swapped is seen; a change inside it is not). A container
-longer than _LONGEST_WATCHED items, and anything deeper than the levels, is recorded by identity
-and length only. A GraphedForward holds one `Watch`, which owns the life cycle: it arms
-the native check, and when the check fires (a call returns CHANGED) it takes a new BakedState and
-compares: equal (an attribute the forward set, a mode set to what it was) keeps the graphs; a
-difference drops them, so the next call captures what the module is now; a hook that moves
-weights at every call (`weight_moving_hook`) disables the runner, which then runs eager. It also
-settles what a capture's forward itself changed, and lists for graphed._phases what warm-ups put
-back (`state_to_keep`). An in-place update at the same address (`load_state_dict`, `copy_`, a
-LoRA fused into the same tensor) changes nothing here and keeps replaying, as it computes what
-eager does.
+each submodule that is not a tensor, a submodule or torch's own bookkeeping is recorded as a value:
+scalars (None, bool, int, float, complex, str, bytes, enums, torch dtypes, devices and layouts) as
+themselves; dicts, lists, tuples and sets by their items, down to _VALUE_LEVELS levels (the
+attribute, its items, theirs), the dicts watched for mutation and the lists and sets compared item
+by item; a tensor among the items by its record, its address watched like an attribute's; any other
+object by its identity and class (an attention processor swapped is seen; a change inside it is
+not). A container longer than _LONGEST_WATCHED items, and anything deeper than the levels, is
+recorded by identity and length only. A GraphedForward holds one `Watch`, which owns the life cycle:
+it arms the native check, and when the check fires (a call returns CHANGED) it takes a new
+BakedState (of the modules that read what the check saw change, the rest carried over: an adapter
+switch records its LoRA layers again, not the whole model) and compares: equal (an attribute the
+forward set, a mode set to what it was) keeps the graphs; a difference drops them, so the next call
+captures what the module is now; a hook that moves weights at every call (`weight_moving_hook`)
+disables the runner, which then runs eager. It also settles what a capture's forward itself changed,
+and lists for graphed._phases what warm-ups put back (`state_to_keep`). An in-place update at the
+same address (`load_state_dict`, `copy_`, a LoRA fused into the same tensor) changes nothing here
+and keeps replaying, as it computes what eager does.
 
 What it cannot see: a tensor held deeper than a module attribute (an object in an attribute that
 holds a tensor, a closure, a global) is baked in unwatched; pass such tensors as keep_alive, or
@@ -48,6 +48,8 @@ import enum
 import functools
 import logging
 import threading
+import weakref
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -118,41 +120,132 @@ def _moves_weights(hook: Any) -> bool:
     return any(_moves_weights(inner) for inner in getattr(hook, "hooks", ()) or ())
 
 
-class BakedState:
-    """What a module's graphs bake in (see the module docstring), by dotted path."""
+class _Reads:
+    """What one module's record read: the record's keys, the containers and tensors the native
+    watch checks for it (each once, by kind), and its tensors by kind for the warm-ups."""
 
-    def __init__(self, module: torch.nn.Module) -> None:
+    __slots__ = ("keys", "kinds", "values", "watched")
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.watched: dict[str, dict[int, Any]] = {"dict": {}, "tensor": {}, "sequence": {}}
+        self.kinds: list[tuple[str, str, torch.Tensor]] = []
+        # Each attribute value that is a container, by id: (the value, its record, what its record
+        # had the watch check), so that the module recorded again reuses it while none changed.
+        self.values: dict[int, tuple[Any, Any, _Reads]] = {}
+
+
+# The path of the pseudo-module that reads torch's global forward hooks.
+_GLOBAL_PATH = "<global forward hooks>"
+
+
+class BakedState:
+    """What a module's graphs bake in (see the module docstring), by dotted path: recorded whole,
+    or again from `previous` where `changed` (what the native watch saw change since `previous`
+    was armed: CallState.watch_changes) says: only the modules that read a changed container or
+    tensor are recorded again (an adapter switch touches its LoRA layers, not the 180 other
+    modules of a DiT), unless a change is structural (a submodule added or removed, a global
+    hook), which records the whole module again. `changed_keys` names the records that may differ
+    from `previous` (None: any)."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        previous: BakedState | None = None,
+        changed: list | None = None,
+    ) -> None:
+        self.delta: dict[str, Any] | None = None  # the records that differ from a base (States)
+        self.changed_keys: dict[str, None] | None = None
+        self.recorded_paths: list[str] | None = None  # None: the whole module
+        self._derived_from: weakref.ref | None = None
+        paths = None if previous is None or changed is None else previous._paths_reading(changed)
+        # What the records of values may be reused from: the previous record's, less what changed.
+        self._reusable: dict[str, _Reads] = {}
+        self._changed_ids: set[int] = set()
+        if paths is None:
+            self._record_whole(module)
+        else:
+            self._changed_ids = {id(item) for item in changed}
+            self._record_again(module, previous, paths)
+        del self._reusable, self._changed_ids
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def _record_whole(self, module: torch.nn.Module) -> None:
         self.records: dict[str, tuple] = {}
-        self.dicts: list[dict] = [getattr(_module_globals, name) for name in _GLOBAL_HOOKS]
-        self.tensors: list[torch.Tensor] = []
-        self.sequences: list[list | set] = []
-        # The same walk, by kind, for what a capture's warm-ups put back (graphed._phases): each
-        # tensor once, under the first path it is found at, as module.named_parameters() does.
-        self.by_kind: dict[str, list[tuple[str, torch.Tensor]]] = {
-            "parameter": [],
-            "buffer": [],
-            "attribute": [],
-        }
-        self._seen: set[int] = set()
-        # The containers and the tensors in them already given to the native watch.
-        self._watched: set[int] = set()
-        self.records["<global forward hooks>"] = tuple(
-            tuple(map(id, hooks.values())) for hooks in self.dicts
-        )
+        self.modules: dict[str, _Reads] = {}
+        self.watched: dict[str, dict[int, Any]] = {"dict": {}, "tensor": {}, "sequence": {}}
+        self.readers: dict[int, tuple[str, ...]] = {}
+        self.structural: set[int] = set()
+        self._record_globals()
         for path, submodule in module.named_modules():
             self._record_module(path, submodule)
 
+    def _record_again(self, module: torch.nn.Module, previous: BakedState, paths: set) -> None:
+        self.records = dict(previous.records)
+        self.modules = dict(previous.modules)
+        self.watched = {kind: dict(items) for kind, items in previous.watched.items()}
+        self.readers = dict(previous.readers)
+        self.structural = previous.structural
+        self._derived_from = weakref.ref(previous)
+        self.recorded_paths = [path for path in self.modules if path in paths]  # tree order
+        changed: dict[str, None] = {}
+        leaving: dict[int, set[str]] = {}  # by what they read: the paths recorded again
+        for path in paths:
+            old = self.modules[path]  # replaced in place: the modules keep their order
+            for key in old.keys:
+                changed[key] = None
+                del self.records[key]
+            for items in old.watched.values():
+                for ident in items:
+                    leaving.setdefault(ident, set()).add(path)
+        for ident, gone in leaving.items():  # once per thing read, however many modules read it
+            left = tuple(reader for reader in self.readers.get(ident, ()) if reader not in gone)
+            if left:
+                self.readers[ident] = left
+            else:
+                self.readers.pop(ident, None)
+                for watched in self.watched.values():
+                    watched.pop(ident, None)
+        for path in paths:
+            self._reusable = previous.modules[path].values
+            self._record_module(path, module.get_submodule(path))
+            changed.update(dict.fromkeys(self.modules[path].keys))
+        self.changed_keys = changed
+
+    def _paths_reading(self, changed: list) -> set[str] | None:
+        """The module paths whose records read what changed; None when a change is structural."""
+        paths: set[str] = set()
+        for item in changed:
+            if id(item) in self.structural:
+                return None
+            paths.update(self.readers.get(id(item), ()))
+        return paths
+
+    def _record_globals(self) -> None:
+        reads = self.modules[_GLOBAL_PATH] = _Reads()
+        hooks = [getattr(_module_globals, name) for name in _GLOBAL_HOOKS]
+        for dicts in hooks:
+            self._watch(reads, "dict", dicts)
+            self.structural.add(id(dicts))
+        self._set(reads, _GLOBAL_PATH, tuple(tuple(map(id, each.values())) for each in hooks))
+        self._remember(_GLOBAL_PATH, reads)
+
     def _record_module(self, path: str, submodule: torch.nn.Module) -> None:
+        reads = _Reads()
         attributes = vars(submodule)
-        self.dicts.append(attributes)
-        self.dicts.extend(attributes[name] for name in _MODULE_DICTS if name in attributes)
+        self._watch(reads, "dict", attributes)
+        for name in _MODULE_DICTS:
+            if name in attributes:
+                self._watch(reads, "dict", attributes[name])
+        self.structural.add(id(attributes.get("_modules")))
         override = attributes.get("forward")
-        self.records[path or "<module>"] = (
+        self._set(reads, path or "<module>", (
             "module", id(submodule), type(submodule), submodule.training,
             tuple(map(id, submodule._forward_hooks.values())),
             tuple(map(id, submodule._forward_pre_hooks.values())),
             None if override is None else id(override),
-        )  # fmt: skip
+        ))  # fmt: skip
         prefix = f"{path}." if path else ""
         # One pass over the module's own attributes: tensors, and Python values.
         attribute_tensors, values = [], []
@@ -168,25 +261,66 @@ class BakedState:
             for name, tensor in tensors:
                 key = prefix + name
                 if tensor is None:
-                    self.records[key] = (kind, None)
+                    self._set(reads, key, (kind, None))
                     continue
-                self.records[key] = _tensor_record(kind, tensor)
-                self.tensors.append(tensor)
-                if id(tensor) not in self._seen:
-                    self._seen.add(id(tensor))
-                    self.by_kind[kind].append((key, tensor))
+                self._set(reads, key, _tensor_record(kind, tensor))
+                self._watch(reads, "tensor", tensor)
+                reads.kinds.append((kind, key, tensor))
         for name, value in values:
-            self.records[prefix + name] = ("value", self._value_record(value, 1))
+            self._set(reads, prefix + name, ("value", self._attribute_value(reads, value)))
+        self._remember(path, reads)
 
-    def _value_record(self, value: Any, level: int) -> Any:
+    def _attribute_value(self, reads: _Reads, value: Any) -> Any:
+        """The record of a module attribute's Python value; a container's is the previous
+        record's when neither it nor anything its record read changed (an adapter switch
+        re-assigns a LoRA layer's active adapters, not its dozen dicts of per-adapter values)."""
+        if isinstance(value, SCALAR_TYPES) or isinstance(value, torch.Tensor):
+            return self._value_record(reads, value, 1)
+        reused = self._reusable.get(id(value))
+        if reused is not None and reused[0] is value:
+            part = reused[2]
+            if not any(ident in self._changed_ids for items in part.watched.values()
+                       for ident in items):  # fmt: skip
+                record = reused[1]
+            else:
+                reused = None
+        if reused is None:
+            part = _Reads()
+            record = self._value_record(part, value, 1)
+        for kind, items in part.watched.items():
+            reads.watched[kind].update(items)
+        reads.values[id(value)] = (value, record, part)
+        return record
+
+    def _set(self, reads: _Reads, key: str, record: Any) -> None:
+        self.records[key] = record
+        reads.keys.append(key)
+
+    @staticmethod
+    def _watch(reads: _Reads, kind: str, item: Any) -> bool:
+        """Adds `item` to what the watch checks for this module; False when it was there."""
+        items = reads.watched[kind]
+        if id(item) in items:
+            return False
+        items[id(item)] = item
+        return True
+
+    def _remember(self, path: str, reads: _Reads) -> None:
+        """The module's reads, and it among the readers of each thing it reads."""
+        self.modules[path] = reads
+        for kind, items in reads.watched.items():
+            watched = self.watched[kind]
+            for ident, item in items.items():
+                watched[ident] = item
+                self.readers[ident] = (*self.readers.get(ident, ()), path)
+
+    def _value_record(self, reads: _Reads, value: Any, level: int) -> Any:
         """A Python value's record (see "Python values" in the module docstring); the containers
-        it reaches are added to what the native watch checks."""
+        it reaches are added to what the native watch checks for the module."""
         if isinstance(value, SCALAR_TYPES):
             return value
         if isinstance(value, torch.Tensor):
-            if id(value) not in self._watched:  # its address is watched like an attribute's
-                self._watched.add(id(value))
-                self.tensors.append(value)
+            self._watch(reads, "tensor", value)  # its address is watched like an attribute's
             return _tensor_record("item", value)
         kind = type(value)
         if not isinstance(value, (dict, list, tuple, set, frozenset)):
@@ -194,26 +328,64 @@ class BakedState:
         if level > _VALUE_LEVELS or len(value) > _LONGEST_WATCHED:
             return ("container", kind, id(value), len(value))
         deeper = level + 1
-        # Each container watched once, however many attributes share it (peft gives all its
-        # layers one `_active_adapter` list): the check before each call reads it once.
-        first_sight = id(value) not in self._watched
-        self._watched.add(id(value))
         if isinstance(value, dict):
-            if first_sight:
-                self.dicts.append(value)
-            return (kind, tuple((self._value_record(key, deeper), self._value_record(item, deeper))
+            self._watch(reads, "dict", value)
+            return (kind, tuple((self._value_record(reads, key, deeper),
+                                 self._value_record(reads, item, deeper))
                                 for key, item in value.items()))  # fmt: skip
-        if isinstance(value, (list, set)) and first_sight:
-            self.sequences.append(value)
-        items = tuple(self._value_record(item, deeper) for item in value)
+        if isinstance(value, (list, set)):
+            self._watch(reads, "sequence", value)
+        items = tuple(self._value_record(reads, item, deeper) for item in value)
         return (kind, frozenset(items) if isinstance(value, (set, frozenset)) else items)
+
+    # -- what the native watch checks, and the warm-ups put back ------------------------------
+
+    @property
+    def dicts(self) -> list[dict]:
+        return list(self.watched["dict"].values())
+
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        return list(self.watched["tensor"].values())
+
+    @property
+    def sequences(self) -> list[list | set]:
+        return list(self.watched["sequence"].values())
+
+    @property
+    def by_kind(self) -> dict[str, list[tuple[str, torch.Tensor]]]:
+        """The module's tensors by kind, for what a capture's warm-ups put back (graphed._phases):
+        each tensor once, under the first path it is found at, as module.named_parameters()
+        does."""
+        found: dict[str, list[tuple[str, torch.Tensor]]] = {
+            "parameter": [],
+            "buffer": [],
+            "attribute": [],
+        }
+        seen: set[int] = set()
+        for reads in self.modules.values():
+            for kind, key, tensor in reads.kinds:
+                if id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    found[kind].append((key, tensor))
+        return found
+
+    # -- comparing ---------------------------------------------------------------------------
+
+    def keys_changed_since(self, before: BakedState) -> Any:
+        """The record keys that may differ from `before`'s: those recorded again when this record
+        was made from it, else every key of both."""
+        derived = self._derived_from
+        if derived is not None and derived() is before and self.changed_keys is not None:
+            return self.changed_keys
+        return {**before.records, **self.records}
 
     def differences(self, other: BakedState, limit: int = 4) -> list[str]:
         """The dotted paths whose record differs between two states (at most `limit`, then a
         count of the rest), in the module's order."""
         changed = [
             path
-            for path in {**self.records, **other.records}
+            for path in other.keys_changed_since(self)
             if self.records.get(path) != other.records.get(path)
         ]
         if len(changed) > limit:
@@ -221,14 +393,24 @@ class BakedState:
         return changed
 
 
-def weight_moving_hook(module: torch.nn.Module, own: bool = True) -> tuple[str, str] | None:
-    """The first hook on the module's tree that moves its weights at every call (accelerate's
-    model or sequential CPU offload, diffusers' group offloading) or may change what a forward
-    computes from call to call (any other diffusers hook that is not a step cache graphed goes
-    beneath: graphed._step_caches), as (what it is, what to do); None when there is none. `own`
-    False: the runner's forward runs beneath the module's own step-cache hooks (a region of a
-    cached module), which are then not its concern."""
-    for path, submodule in module.named_modules():
+def _modules_at(
+    module: torch.nn.Module, paths: list[str] | None
+) -> list[tuple[str, torch.nn.Module]]:
+    """(path, submodule) of `module`'s tree, or of those of `paths` only."""
+    if paths is None:
+        return list(module.named_modules())
+    return [(path, module.get_submodule(path)) for path in paths if path != _GLOBAL_PATH]
+
+
+def weight_moving_hook(
+    modules: Iterable[tuple[str, torch.nn.Module]],
+) -> tuple[str, str] | None:
+    """The first hook among `modules` ((path, submodule), as named_modules() gives them) that
+    moves its weights at every call (accelerate's model or sequential CPU offload, diffusers'
+    group offloading) or may change what a forward computes from call to call (any other
+    diffusers hook that is not a step cache graphed goes beneath: graphed._step_caches), as
+    (what it is, what to do); None when there is none."""
+    for path, submodule in modules:
         attributes = vars(submodule)
         hook = attributes.get("_hf_hook")
         if hook is not None and _moves_weights(hook):
@@ -289,14 +471,15 @@ def count_swaps() -> None:
 def _tensor_replaced(before: BakedState, now: BakedState) -> bool:
     """Whether a parameter, buffer or tensor attribute at a path both records hold differs (a
     tensor re-assigned, moved, retyped); an adapter added or removed adds or removes paths."""
-    for path, record in now.records.items():
-        old = before.records.get(path)
-        if old is not None and old != record and record[0] in _TENSOR_KINDS:
+    for path in now.keys_changed_since(before):
+        record, old = now.records.get(path), before.records.get(path)
+        if old is not None and record is not None and old != record and record[0] in _TENSOR_KINDS:
             return True
     return False
 
 
 _TENSOR_KINDS = ("parameter", "buffer", "attribute")
+_ABSENT = ("absent",)  # a record key a state does not have
 
 
 class States:
@@ -312,6 +495,26 @@ class States:
     def __init__(self) -> None:
         self._tags: collections.OrderedDict[Any, int] = collections.OrderedDict()
         self._next = 1
+        # The records of the first state: every state is told by how it differs from them, so
+        # that a switch compares the records it changed, not the whole module's.
+        self._base: dict[str, Any] | None = None
+
+    def _delta(self, before: BakedState, now: BakedState) -> dict[str, Any]:
+        """The records where `now` differs from the first state (_ABSENT where it has none)."""
+        base = self._base
+        if before.delta is not None and now.keys_changed_since(before) is now.changed_keys:
+            delta = dict(before.delta)
+            keys = now.changed_keys
+        else:
+            delta, keys = {}, {**base, **now.records}
+        for key in keys:
+            record = now.records.get(key, _ABSENT)
+            if record == base.get(key, _ABSENT):
+                delta.pop(key, None)
+            else:
+                delta[key] = record
+        now.delta = delta
+        return delta
 
     def select(self, before: BakedState, now: BakedState) -> tuple[int, bool] | None:
         """The tag of the state `now` is in and whether it was seen before, `before` (the state
@@ -319,8 +522,9 @@ class States:
         when a record cannot be compared as a whole (the graphs are dropped instead)."""
         try:
             if not self._tags:
-                self._tags[tuple(before.records.items())] = 0
-            state = tuple(now.records.items())
+                self._base, before.delta = before.records, {}
+                self._tags[frozenset()] = 0
+            state = frozenset(self._delta(before, now).items())
             tag = self._tags.get(state)
         except TypeError:  # a record that cannot be hashed
             return None
@@ -360,22 +564,24 @@ class Watch:
             self.stop()
             return
         count_swaps()
+        baked = self.record(module)
+        # Hooks are looked for where the record changed (a hook added sets its module's
+        # attributes), or everywhere when it was made whole.
+        modules = _modules_at(module, baked.recorded_paths)
+        refused = weight_moving_hook(modules)
         # A region of a cached module runs beneath the module's own hooks (graphed._regions).
         own = runner._forward_call is module
-        refused = weight_moving_hook(module, own)
-        if refused is not None:
+        cached = [] if refused else step_caches.cached_modules(modules, own)
+        if refused is not None or cached:
             self.stop()
-            what, advice = refused
-            reason = f"{what}, and a graph replays what its capture saw; calls run eager. {advice}"
-            # Said once: the disable's own report (graphed._observe) names the reason.
-            runner.disable(reason, "watch")
+            if refused is not None:
+                what, advice = refused
+                reason = f"{what}, and a graph replays what its capture saw; calls run eager. "
+                # Said once: the disable's own report (graphed._observe) names the reason.
+                runner.disable(reason + advice, "watch")
+            else:
+                runner.disable(step_caches.reason(cached), "step_cache")  # it runs in regions
             return
-        cached = step_caches.cached_modules(module, own)
-        if cached:
-            self.stop()
-            runner.disable(step_caches.reason(cached), "step_cache")  # it runs in regions
-            return
-        self.record(module)
         if self._call_state.watch_fired():
             # A tensor whose address torch will not say (see pyext/gf_baked.h): no watch can
             # hold, and a graph of it cannot be kept right.
@@ -391,8 +597,11 @@ class Watch:
         self.baked = None
 
     def record(self, module: torch.nn.Module) -> BakedState:
-        """Records the module as it is now and arms the check of it."""
-        self.baked = BakedState(module)
+        """Records the module as it is now (again only where the check saw a change since the
+        last record) and arms the check of it."""
+        previous = self.baked
+        changed = self._call_state.watch_changes() if previous is not None else None
+        self.baked = BakedState(module, previous, changed)
         self._call_state.watch(self.baked.dicts, self.baked.tensors, self.baked.sequences)
         return self.baked
 

@@ -20,6 +20,7 @@ where the bottom of its hook chain is the module's own forward, as diffusers' re
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -80,12 +81,16 @@ def is_cached(module: torch.nn.Module) -> bool:
     )
 
 
-def cached_modules(module: torch.nn.Module, own: bool = True) -> list[tuple[str, str]]:
-    """The (path, hook names) of every module under `module` (itself too when `own`) whose hooks
-    are all step caches graphed can go beneath, in tree order."""
+def cached_modules(
+    modules: torch.nn.Module | Iterable[tuple[str, torch.nn.Module]], own: bool = True
+) -> list[tuple[str, str]]:
+    """The (path, hook names) of every module of a tree (a module, or its (path, submodule)
+    pairs) whose hooks are all step caches graphed can go beneath, the top one ("") only when
+    `own`, in the order given."""
+    pairs = modules.named_modules() if isinstance(modules, torch.nn.Module) else modules
     return [
         (path, ", ".join(hooks_of(submodule)))
-        for path, submodule in module.named_modules()
+        for path, submodule in pairs
         if (own or path) and is_cached(submodule)
     ]
 

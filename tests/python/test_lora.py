@@ -13,6 +13,10 @@ one.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
+import graphed
 import pytest
 import torch
 
@@ -144,3 +148,30 @@ def test_a_diffusers_rotation_replays_every_state_bitwise_on_the_device():
     result = lora_workflow.run_rotation(torch.device("cuda"))
     assert result.bitwise, result
     assert (result.captures_in_first_rotation, result.captures_after_first_rotation) == (3, 0)
+
+
+def test_a_switch_records_again_only_the_layers_it_changed(emulated_backend):
+    """An adapter switch on the SD3 transformer records again only the modules that read what
+    the native watch saw change (graphed._baked.BakedState from a previous one): fewer than a
+    tenth of the modules, and the same record and watch as recording the whole module."""
+    from graphed import _baked
+
+    model, make_inputs = lora_workflow.sd3_transformer()
+    model.eval()
+    with tempfile.TemporaryDirectory() as folder:
+        lora_workflow._save_both(model, Path(folder))
+    gf = graphed.GraphedForward(model, device="cpu", backend=emulated_backend)
+    inputs = make_inputs(torch.device("cpu"))
+    with torch.no_grad():
+        for request in range(3 * len(lora_workflow.ROTATION)):
+            lora_workflow.ROTATION[request % len(lora_workflow.ROTATION)][1](model)
+            gf(**inputs)
+            baked, whole = gf._watch.baked, _baked.BakedState(model)
+            assert baked.records == whole.records, request
+            for kind in ("dicts", "tensors", "sequences"):
+                got, want = getattr(baked, kind), getattr(whole, kind)
+                assert {id(item) for item in got} == {id(item) for item in want}, (request, kind)
+            if request >= len(lora_workflow.ROTATION):
+                assert baked.recorded_paths is not None, request
+                assert 0 < len(baked.recorded_paths) < len(baked.modules) / 10, request
+    assert gf.stats()["captures"] == len(lora_workflow.ROTATION)
