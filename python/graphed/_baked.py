@@ -124,9 +124,11 @@ class _Reads:
     """What one module's record read: the record's keys, the containers and tensors the native
     watch checks for it (each once, by kind), and its tensors by kind for the warm-ups."""
 
-    __slots__ = ("keys", "kinds", "values", "watched")
+    __slots__ = ("children", "keys", "kinds", "opaque", "values", "watched")
 
     def __init__(self) -> None:
+        self.children = 0  # the id of the module's `_modules` dict
+        self.opaque = False  # a container recorded by identity and length only (not watched)
         self.keys: list[str] = []
         self.watched: dict[str, dict[int, Any]] = {"dict": {}, "tensor": {}, "sequence": {}}
         self.kinds: list[tuple[str, str, torch.Tensor]] = []
@@ -145,8 +147,11 @@ class BakedState:
     was armed: CallState.watch_changes) says: only the modules that read a changed container or
     tensor are recorded again (an adapter switch touches its LoRA layers, not the 180 other
     modules of a DiT), unless a change is structural (a submodule added or removed, a global
-    hook), which records the whole module again. `changed_keys` names the records that may differ
-    from `previous` (None: any)."""
+    hook, a module's children replaced whole), which records the whole module again.
+    `changed_keys` names the records that may differ from `previous` (None: any). What the native
+    watch cannot see change is carried over from `previous`, as the watch itself does not fire for
+    it: a tensor's shape or strides changed in place over the same storage (`unsqueeze_`, `t_`),
+    an object's class swapped."""
 
     def __init__(
         self,
@@ -162,11 +167,13 @@ class BakedState:
         # What the records of values may be reused from: the previous record's, less what changed.
         self._reusable: dict[str, _Reads] = {}
         self._changed_ids: set[int] = set()
-        if paths is None:
-            self._record_whole(module)
-        else:
+        if paths is not None:
             self._changed_ids = {id(item) for item in changed}
-            self._record_again(module, previous, paths)
+            if not self._record_again(module, previous, paths | {_GLOBAL_PATH}):
+                paths = None  # a module's children were replaced whole
+        if paths is None:
+            self.changed_keys = self.recorded_paths = self._derived_from = None
+            self._record_whole(module)
         del self._reusable, self._changed_ids
 
     # -- recording ---------------------------------------------------------------------------
@@ -181,7 +188,10 @@ class BakedState:
         for path, submodule in module.named_modules():
             self._record_module(path, submodule)
 
-    def _record_again(self, module: torch.nn.Module, previous: BakedState, paths: set) -> None:
+    def _record_again(self, module: torch.nn.Module, previous: BakedState, paths: set) -> bool:
+        """Records `paths` again over a copy of `previous`; False (and a half-made record) when a
+        module recorded again holds another `_modules` dict than before (its children were
+        replaced whole, which no mutation of the old dict said)."""
         self.records = dict(previous.records)
         self.modules = dict(previous.modules)
         self.watched = {kind: dict(items) for kind, items in previous.watched.items()}
@@ -191,11 +201,11 @@ class BakedState:
         self.recorded_paths = [path for path in self.modules if path in paths]  # tree order
         changed: dict[str, None] = {}
         leaving: dict[int, set[str]] = {}  # by what they read: the paths recorded again
-        for path in paths:
+        for path in self.recorded_paths:
             old = self.modules[path]  # replaced in place: the modules keep their order
             for key in old.keys:
                 changed[key] = None
-                del self.records[key]
+                self.records.pop(key, None)  # a key a module set twice is gone after the first
             for items in old.watched.values():
                 for ident in items:
                     leaving.setdefault(ident, set()).add(path)
@@ -207,11 +217,18 @@ class BakedState:
                 self.readers.pop(ident, None)
                 for watched in self.watched.values():
                     watched.pop(ident, None)
-        for path in paths:
+        for path in self.recorded_paths:
             self._reusable = previous.modules[path].values
-            self._record_module(path, module.get_submodule(path))
+            if path == _GLOBAL_PATH:  # torch's global hook dicts, re-bound or not
+                self._record_globals()
+            else:
+                submodule = module.get_submodule(path)
+                self._record_module(path, submodule)
+                if id(vars(submodule).get("_modules")) != previous.modules[path].children:
+                    return False
             changed.update(dict.fromkeys(self.modules[path].keys))
         self.changed_keys = changed
+        return True
 
     def _paths_reading(self, changed: list) -> set[str] | None:
         """The module paths whose records read what changed; None when a change is structural."""
@@ -238,7 +255,8 @@ class BakedState:
         for name in _MODULE_DICTS:
             if name in attributes:
                 self._watch(reads, "dict", attributes[name])
-        self.structural.add(id(attributes.get("_modules")))
+        reads.children = id(attributes.get("_modules"))
+        self.structural.add(reads.children)
         override = attributes.get("forward")
         self._set(reads, path or "<module>", (
             "module", id(submodule), type(submodule), submodule.training,
@@ -274,16 +292,18 @@ class BakedState:
         """The record of a module attribute's Python value; a container's is the previous
         record's when neither it nor anything its record read changed (an adapter switch
         re-assigns a LoRA layer's active adapters, not its dozen dicts of per-adapter values)."""
-        if isinstance(value, SCALAR_TYPES) or isinstance(value, torch.Tensor):
+        if not isinstance(value, _CONTAINERS):
             return self._value_record(reads, value, 1)
         reused = self._reusable.get(id(value))
         if reused is not None and reused[0] is value:
             part = reused[2]
-            if not any(ident in self._changed_ids for items in part.watched.values()
-                       for ident in items):  # fmt: skip
-                record = reused[1]
-            else:
+            # Reused only where the watch covers all of it: a container recorded by identity and
+            # length is recorded again, as a whole record would.
+            if part.opaque or any(ident in self._changed_ids for items in part.watched.values()
+                                  for ident in items):  # fmt: skip
                 reused = None
+            else:
+                record = reused[1]
         if reused is None:
             part = _Reads()
             record = self._value_record(part, value, 1)
@@ -326,6 +346,7 @@ class BakedState:
         if not isinstance(value, (dict, list, tuple, set, frozenset)):
             return ("object", kind, id(value))
         if level > _VALUE_LEVELS or len(value) > _LONGEST_WATCHED:
+            reads.opaque = True
             return ("container", kind, id(value), len(value))
         deeper = level + 1
         if isinstance(value, dict):
@@ -479,6 +500,7 @@ def _tensor_replaced(before: BakedState, now: BakedState) -> bool:
 
 
 _TENSOR_KINDS = ("parameter", "buffer", "attribute")
+_CONTAINERS = (dict, list, tuple, set, frozenset)
 _ABSENT = ("absent",)  # a record key a state does not have
 
 

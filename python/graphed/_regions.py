@@ -165,6 +165,8 @@ class Region:
         if self._reference is not None:
             if getattr(*self._reference) is self:
                 setattr(*self._reference, self.original)
+            if attributes.get("forward") is self:  # diffusers removed its hook: the chain's end
+                del attributes["forward"]
         elif attributes.get("forward") is self:
             if self._had_override:
                 attributes["forward"] = self.original

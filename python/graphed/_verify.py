@@ -142,13 +142,13 @@ class Verification(NamedTuple):
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor's bytes, so that bitwise equality holds for NaN and signed zeros too (a
-    contiguous tensor's as a view, its last dimension counted in bytes)."""
+    """The tensor's bytes, flat, so that bitwise equality holds for NaN and signed zeros too and
+    does not depend on the layout (a contiguous tensor's are a view)."""
     tensor = tensor.detach()
     if tensor.dtype == torch.bool:
-        return tensor
+        return tensor.reshape(-1)
     if tensor.dim() > 0 and tensor.is_contiguous():
-        return tensor.view(torch.uint8)
+        return tensor.view(torch.uint8).reshape(-1)  # a view: no copy
     return tensor.reshape(-1).contiguous().view(torch.uint8)
 
 

@@ -17,6 +17,7 @@ stale device graph would), and bitwise on the GPU:
 
 from __future__ import annotations
 
+import collections
 import enum
 import logging
 
@@ -670,3 +671,61 @@ def test_a_faithful_graphs_verdicts_read_later_keep_it_replaying(emulated_backen
     # Every call (the capturing one included: here its graph's replay answers it) reads the last
     # verdict and queues its own.
     assert waiting == [1] * 6, waiting
+
+
+class ScaleBy(torch.nn.Module):
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+class HoldsAChild(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = ScaleBy(2.0)
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def test_children_replaced_whole_are_recorded_and_watched(emulated_backend):
+    """A module's `_modules` dict re-bound (not mutated: no mutation of the old dict says so)
+    records the whole module again: the new child is captured, and then watched."""
+    module = HoldsAChild()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend)
+    x = torch.ones(3)
+    gf(x)
+    vars(module)["_modules"] = collections.OrderedDict(inner=ScaleBy(5.0))
+    torch.testing.assert_close(gf(x), torch.full((3,), 5.0), rtol=0, atol=0)
+    module.inner.factor = 7.0
+    torch.testing.assert_close(gf(x), torch.full((3,), 7.0), rtol=0, atol=0)
+    assert gf.stats()["captures"] == 3
+
+
+def test_a_key_a_module_sets_twice_is_recorded_again_without_error(emulated_backend):
+    """A parameter and an instance attribute of one name (the attribute shadows nothing torch
+    reads): recorded twice under one key, recorded again after a change without a KeyError."""
+    module = TwoLayers()
+    vars(module.a)["bias"] = torch.zeros(8)
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend)
+    gf(_x())
+    module.a.scale = 2.0
+    gf(_x())
+    assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
+
+
+def test_verify_compares_bytes_whatever_the_outputs_layout(emulated_backend):
+    """Eager's output transposed (non-contiguous), the graph's contiguous: equal values pass."""
+
+    class Transposes(torch.nn.Module):
+        def forward(self, x):
+            return (x * 2).t()
+
+    gf = GraphedForward(Transposes(), device="cpu", backend=emulated_backend, verify=4)
+    x = torch.arange(6.0).reshape(2, 3)
+    for _ in range(4):
+        gf(x)
+    assert gf.stats()["enabled"], gf.stats()["disabled_reason"]

@@ -261,3 +261,17 @@ def test_a_cached_pipelines_images_equal_eagers_bitwise_on_the_gpu(cache, order)
     for index, (image, eager) in enumerate(zip(got, want, strict=True)):
         assert torch.equal(image, eager), f"{cache}, {order}: call {index}"
     assert any(entry["state"] == "graphed" for entry in runner.regions()), runner.regions()
+
+
+def test_graph_regions_removed_after_the_cache_is_disabled_leaves_no_region(emulated_backend):
+    """diffusers' disable_cache puts the end of a block's hook chain (graphed's region beneath
+    the hook) back as the block's forward; remove() takes it out from there too."""
+    model = _flux("cpu")
+    model.enable_cache(_configs(Timestep())["FirstBlockCache"]())
+    block = model.transformer_blocks[1]
+    regions = graphed.graph_regions(
+        model, blocks=["FluxTransformerBlock"], device="cpu", backend=emulated_backend
+    )
+    model.disable_cache()
+    regions.remove()
+    assert "forward" not in vars(block), vars(block).get("forward")
