@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 from typing import Any, NamedTuple
 
 import torch
@@ -215,7 +216,7 @@ class Verifier:
         deferred = served > verification.calls
         difference, unread = verification._difference(result, expected, values=not deferred)
         if difference is None and unread:
-            devices = {got.device for got, _ in unread}
+            devices = {tensor.device for pair in unread for tensor in pair}
             if len(devices) == 1 and unread[0][0].device.type in DEFERRED_DEVICE_TYPES:
                 if self._full() and self._wait_and_read(runner):  # an earlier call differed
                     return expected
@@ -236,7 +237,7 @@ class Verifier:
         stream's later work, this call's included, goes on), then reads what is written."""
         oldest = self._pending[0]
         while oldest.byte[0] == _NOT_WRITTEN and not oldest.stream.query():
-            pass
+            time.sleep(0)  # lets other threads run meanwhile
         return self._read_verdicts(runner)
 
     def _queue(
