@@ -107,6 +107,35 @@ class _Transformers:
         )
 
 
+# Why a cache layer of a kind other than StaticLayer is not graphed, by a part of the name of a
+# class it derives from (transformers' cache_utils), first match wins.
+_LAYER_REASONS = (
+    (
+        "LinearAttention",
+        "keeps convolution and recurrent states (conv_states, recurrent_states) beside its keys "
+        "and values, which graph_generation does not hold",
+    ),
+    (
+        "SlidingWindow",
+        "keeps its length as a Python int (cumulative_length_int), which a graph would bake in",
+    ),
+    (
+        "Indexed",
+        "keeps indexer keys with a length of their own, which graph_generation does not hold",
+    ),
+)
+
+
+def _why_layer(kind: type) -> str:
+    """Why a cache layer of `kind` is not graphed (graph_generation holds a StaticLayer's keys,
+    values and length)."""
+    names = [cls.__name__ for cls in kind.__mro__]
+    for marker, why in _LAYER_REASONS:
+        if any(marker in name for name in names):
+            return why
+    return "is not a StaticLayer, whose keys, values and length are what graph_generation holds"
+
+
 # The one reason a decode step's cache is not graphed that a later step may not have.
 _NOT_ALLOCATED = "has layers the prefill did not allocate"
 
@@ -365,9 +394,9 @@ class GraphedGeneration:
     def _why_not_graphable(self, cache: Any, missing: str | None) -> tuple[str | None, bool]:
         """Why a decode step's cache is not graphed, and whether that is an API mismatch (what
         graph_generation looks for is not there) rather than a cache it leaves eager by design:
-        a dynamic one (it grows), an offloading one (it moves its tensors), one with a
-        sliding-window or other StaticLayer subclass (it keeps a Python int the graph would bake
-        in), one the prefill has not allocated."""
+        a dynamic one (it grows), an offloading one (it moves its tensors), one with layers of
+        another kind than StaticLayer (each named with what it keeps that a graph cannot hold:
+        _why_layer), one the prefill has not allocated."""
         static_layer = self._api.static_layer
         layers = getattr(cache, "layers", None)
         if not isinstance(cache, self._api.static_cache) and not (
@@ -399,9 +428,10 @@ class GraphedGeneration:
                 True,
             )
         if kinds:
+            odd = {type(x).__name__: type(x) for x in layers if type(x) is not static_layer}
+            why = "; ".join(f"a {name} {_why_layer(odd[name])}" for name in kinds)
             return (
-                f"has layers of kinds {', '.join(kinds)}: only a StaticLayer is graphed (a "
-                "sliding window keeps its length as a Python int, which a graph would bake in)",
+                f"has layers of kinds {', '.join(kinds)}: only a StaticLayer is graphed ({why})",
                 False,
             )
         return _NOT_ALLOCATED, False

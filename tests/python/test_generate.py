@@ -730,3 +730,29 @@ def test_where_no_graph_can_replay_decode_steps_adopt_no_cache():
     stats = generation.stats()
     assert (stats["cache_adoptions"], stats["held_caches"], stats["captures"]) == (0, 0, 0), stats
     assert stats["eager_forwards"] > 0
+
+
+def test_a_declined_layer_kind_is_named_with_what_it_keeps(emulated_backend):
+    """Each kind of cache layer graph_generation leaves eager is named with why (graphed.
+    _generation._why_layer): a sliding window's Python length, a linear-attention hybrid's
+    convolution and recurrent states, an indexed layer's indexer keys, any other kind's not being
+    a StaticLayer."""
+    from transformers import cache_utils
+
+    model = _build(_llama, "cpu")
+    cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
+    base = cache_utils.StaticLayer
+    kinds = {
+        "StaticSlidingWindowLayer": "cumulative_length_int",
+        "LinearAttentionAndStaticFullAttentionLayer": "conv_states, recurrent_states",
+        "StaticIndexedLayer": "indexer keys",
+        "SomeOtherStaticLayer": "is not a StaticLayer",
+    }
+    cache.layers = [base(max_cache_len=CACHE_LENGTH)] + [
+        type(name, (base,), {})(max_cache_len=CACHE_LENGTH) for name in kinds
+    ]
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    why, mismatch = generation._why_not_graphable(cache, None)
+    assert not mismatch
+    for name, said in kinds.items():
+        assert f"a {name} " in why and said in why.split(f"a {name} ")[1].split(";")[0], why
