@@ -146,8 +146,9 @@ class BakedState:
     or again from `previous` where `changed` (what the native watch saw change since `previous`
     was armed: CallState.watch_changes) says: only the modules that read a changed container or
     tensor are recorded again (an adapter switch touches its LoRA layers, not the 180 other
-    modules of a DiT), unless a change is structural (a submodule added or removed, a global
-    hook, a module's children replaced whole), which records the whole module again.
+    modules of a DiT; torch's global hooks are recorded again every time), unless a change is
+    structural (a submodule added or removed, a module's children replaced whole), which records
+    the whole module again.
     `changed_keys` names the records that may differ from `previous` (None: any). What the native
     watch cannot see change is carried over from `previous`, as the watch itself does not fire for
     it: a tensor's shape or strides changed in place over the same storage (`unsqueeze_`, `t_`),
@@ -163,12 +164,15 @@ class BakedState:
         self.changed_keys: dict[str, None] | None = None
         self.recorded_paths: list[str] | None = None  # None: the whole module
         self._derived_from: weakref.ref | None = None
-        paths = None if previous is None or changed is None else previous._paths_reading(changed)
         # What the records of values may be reused from: the previous record's, less what changed.
         self._reusable: dict[str, _Reads] = {}
-        self._changed_ids: set[int] = set()
+        self._changed_ids = set() if changed is None else {id(item) for item in changed}
+        paths = (
+            None
+            if previous is None or changed is None
+            else previous._paths_reading(self._changed_ids)
+        )
         if paths is not None:
-            self._changed_ids = {id(item) for item in changed}
             if not self._record_again(module, previous, paths | {_GLOBAL_PATH}):
                 paths = None  # a module's children were replaced whole
         if paths is None:
@@ -230,21 +234,21 @@ class BakedState:
         self.changed_keys = changed
         return True
 
-    def _paths_reading(self, changed: list) -> set[str] | None:
-        """The module paths whose records read what changed; None when a change is structural."""
+    def _paths_reading(self, changed_ids: set[int]) -> set[str] | None:
+        """The module paths whose records read what changed (by id); None when a change is
+        structural."""
+        if not changed_ids.isdisjoint(self.structural):
+            return None
         paths: set[str] = set()
-        for item in changed:
-            if id(item) in self.structural:
-                return None
-            paths.update(self.readers.get(id(item), ()))
+        for ident in changed_ids:
+            paths.update(self.readers.get(ident, ()))
         return paths
 
     def _record_globals(self) -> None:
         reads = self.modules[_GLOBAL_PATH] = _Reads()
         hooks = [getattr(_module_globals, name) for name in _GLOBAL_HOOKS]
-        for dicts in hooks:
+        for dicts in hooks:  # recorded again with every change (_record_again), not structural
             self._watch(reads, "dict", dicts)
-            self.structural.add(id(dicts))
         self._set(reads, _GLOBAL_PATH, tuple(tuple(map(id, each.values())) for each in hooks))
         self._remember(_GLOBAL_PATH, reads)
 
@@ -317,13 +321,9 @@ class BakedState:
         reads.keys.append(key)
 
     @staticmethod
-    def _watch(reads: _Reads, kind: str, item: Any) -> bool:
-        """Adds `item` to what the watch checks for this module; False when it was there."""
-        items = reads.watched[kind]
-        if id(item) in items:
-            return False
-        items[id(item)] = item
-        return True
+    def _watch(reads: _Reads, kind: str, item: Any) -> None:
+        """Adds `item` to what the watch checks for this module (once)."""
+        reads.watched[kind][id(item)] = item
 
     def _remember(self, path: str, reads: _Reads) -> None:
         """The module's reads, and it among the readers of each thing it reads."""
@@ -343,7 +343,7 @@ class BakedState:
             self._watch(reads, "tensor", value)  # its address is watched like an attribute's
             return _tensor_record("item", value)
         kind = type(value)
-        if not isinstance(value, (dict, list, tuple, set, frozenset)):
+        if not isinstance(value, _CONTAINERS):
             return ("object", kind, id(value))
         if level > _VALUE_LEVELS or len(value) > _LONGEST_WATCHED:
             reads.opaque = True

@@ -729,3 +729,22 @@ def test_verify_compares_bytes_whatever_the_outputs_layout(emulated_backend):
     for _ in range(4):
         gf(x)
     assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
+
+
+def test_a_global_forward_hook_added_after_capture_is_seen(emulated_backend):
+    """torch's global forward hooks (recorded again with every change the watch sees) added after
+    the capture: the call runs the hook, as eager does."""
+    module = TwoLayers()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend)
+    x = _x()
+    gf(x)
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda hooked, args, output: seen.append(type(hooked).__name__)
+    )
+    try:
+        gf(x)
+    finally:
+        handle.remove()
+    assert "TwoLayers" in seen, seen
+    assert gf.stats()["captures"] == 2, gf.stats()
