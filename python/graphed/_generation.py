@@ -55,6 +55,7 @@ from typing import Any
 
 import torch
 
+from ._cache_layers import NOT_ALLOCATED, CacheLayers, full_windows, set_lengths
 from ._forward import GraphedForward
 from ._inventory import user_frame
 from ._observe import graphs_unavailable
@@ -64,8 +65,6 @@ __all__ = ["GraphedGeneration", "graph_generation"]
 # The forward's cache parameter: transformers 5.24 names it `cache` (and deprecates the older
 # name), 5.17 `past_key_values`. The first one the model's forward takes is the one passed.
 _CACHE_KWARGS = ("cache", "past_key_values")
-# A layer's tensors the graph holds, in this order.
-_LAYER_TENSORS = ("keys", "values", "cumulative_length")
 # Names for the held sets, the variant of their graphs' keys; never reused.
 _serials = itertools.count(1)
 
@@ -105,39 +104,7 @@ class _Transformers:
             found["StaticCache"],
             found["StaticLayer"],
         )
-
-
-# Why a cache layer of a kind other than StaticLayer is not graphed, by a part of the name of a
-# class it derives from (transformers' cache_utils), first match wins.
-_LAYER_REASONS = (
-    (
-        "LinearAttention",
-        "keeps convolution and recurrent states (conv_states, recurrent_states) beside its keys "
-        "and values, which graph_generation does not hold",
-    ),
-    (
-        "SlidingWindow",
-        "keeps its length as a Python int (cumulative_length_int), which a graph would bake in",
-    ),
-    (
-        "Indexed",
-        "keeps indexer keys with a length of their own, which graph_generation does not hold",
-    ),
-)
-
-
-def _why_layer(kind: type) -> str:
-    """Why a cache layer of `kind` is not graphed (graph_generation holds a StaticLayer's keys,
-    values and length)."""
-    names = [cls.__name__ for cls in kind.__mro__]
-    for marker, why in _LAYER_REASONS:
-        if any(marker in name for name in names):
-            return why
-    return "is not a StaticLayer, whose keys, values and length are what graph_generation holds"
-
-
-# The one reason a decode step's cache is not graphed that a later step may not have.
-_NOT_ALLOCATED = "has layers the prefill did not allocate"
+        self.layers = CacheLayers(cache_utils)
 
 
 def _one_token_a_row(kwargs: dict) -> bool:
@@ -155,9 +122,9 @@ def _shape_of(tensors: list[torch.Tensor]) -> tuple:
 
 class _Held:
     """One shape's cache tensors, those its decode graph reads and writes: the layers' tensors in
-    _LAYER_TENSORS order, their shape, the cache bound to them now (a weak reference) and the
-    thread that last stepped it, the stream that last used them (CUDA) and the variant naming
-    them."""
+    graphed._cache_layers' order, their shape, the cache bound to them now (a weak reference)
+    and the thread that last stepped it, the stream that last used them (CUDA) and the variant
+    naming them."""
 
     __slots__ = ("owner", "serial", "shape", "stream", "thread", "tensors")
 
@@ -198,7 +165,11 @@ class _DecodeStep(torch.nn.Module):
         self.cache_fields: dict[type, tuple[str, ...]] = {}
 
     def forward(self, **kwargs: Any) -> Any:
-        cache, name = self._in_flight.cache, self._in_flight.name
+        in_flight = self._in_flight
+        cache, name = in_flight.cache, in_flight.name
+        # The sliding windows' Python length as the step began: graphed's probe and warm-ups run
+        # this forward more than once, and each run's update advances it.
+        set_lengths(in_flight.sliding, in_flight.length)
         output = self._model_forward(**kwargs, **{name: cache})
         fields = tuple(key for key, value in output.items() if value is cache)
         self.cache_fields[type(output)] = fields
@@ -305,22 +276,63 @@ class GraphedGeneration:
             return self._eager(args, kwargs, cache)
         # Under the lock: which set a cache is bound to, and which a new cache takes (_held_for).
         with self._lock:
-            tensors = self._layer_tensors(cache)
-            held = None if tensors is None else self._held_for(cache, tensors)
+            read = self._layer_tensors(cache)
+            held = None if read is None else self._held_for(cache, read[0])
         if held is None:
             return self._eager(args, kwargs, cache)
+        sliding = read[1]
+        variant = held.serial
+        if sliding:
+            full = self._windows(sliding, kwargs)
+            if full is None:
+                return self._eager(args, kwargs, cache)
+            # One graph per regime: a step's update writes at the length until the window is
+            # full, and rolls it after.
+            variant |= full << 40
+            length = sliding[0].cumulative_length_int
         step_kwargs = {key: value for key, value in kwargs.items() if key != name}
         in_flight = self._step._in_flight
         in_flight.cache, in_flight.name = cache, name
+        in_flight.sliding, in_flight.length = sliding, length if sliding else 0
         try:
-            output = self.graphed(variant=held.serial, keep_alive=held.tensors, **step_kwargs)
+            output = self.graphed(variant=variant, keep_alive=held.tensors, **step_kwargs)
         finally:
             in_flight.cache = in_flight.name = None
+            in_flight.sliding = ()
+            if sliding:
+                # What eager's update leaves: one more (a replay runs no Python).
+                set_lengths(sliding, length + 1)
             if self._on_cuda:
                 held.stream = torch.cuda.current_stream(self.graphed.device)
         for field in self._step.cache_fields.get(type(output), (name,)):
             output[field] = cache
         return output
+
+    def _windows(self, sliding: list, kwargs: dict) -> int | None:
+        """How many of a decode step's sliding windows are full (its graph's regime), or None
+        (said once) where the step would read their Python length inside the forward: without
+        generate()'s position_ids and prepared mask (a dict of masks or a 4D one) the model
+        computes both from it, and a graph would bake them in."""
+        mask = kwargs.get("attention_mask")
+        if not isinstance(kwargs.get("position_ids"), torch.Tensor) or not (
+            isinstance(mask, dict) or (isinstance(mask, torch.Tensor) and mask.dim() == 4)
+        ):
+            self._say_once(
+                "decode steps on a cache with sliding-window layers run eagerly when called "
+                "without position_ids and a prepared (4D, or per layer kind) attention mask, "
+                "as generate() passes them: the model would compute both from the window's "
+                "Python length, which a graph would bake in",
+                UserWarning,
+            )
+            return None
+        full = full_windows(sliding)
+        if full is None:
+            self._say_once(
+                "decode steps on a cache whose sliding-window layers have different lengths "
+                "(set apart by hand) run eagerly",
+                UserWarning,
+            )
+        return full
 
     def _eager(self, args: tuple, kwargs: dict, cache: Any) -> Any:
         """The model's own forward; after the work of another stream on the held tensors when
@@ -360,25 +372,23 @@ class GraphedGeneration:
 
     # -- the cache -------------------------------------------------------------------------
 
-    def _layer_tensors(self, cache: Any) -> list[torch.Tensor] | None:
-        """The tensors of a decode step's cache a graph can hold (each layer's keys, values and
-        length), or None, said once per reason (see _why_not_graphable)."""
-        static_layer = self._api.static_layer
+    def _layer_tensors(self, cache: Any) -> tuple[list[torch.Tensor], list] | None:
+        """The tensors of a decode step's cache a graph can hold, in graphed._cache_layers'
+        order, and its sliding-window layers; or None, said once per reason (see
+        _why_not_graphable)."""
+        layer_why = None
         try:
             layers = cache.layers
             if cache.offloading is False and type(layers) is list and layers:
-                tensors = []
-                for layer in layers:
-                    if type(layer) is not static_layer or layer.is_initialized is not True:
-                        break
-                    tensors += (layer.keys, layer.values, layer.cumulative_length)
-                else:
-                    return tensors
+                read = self._api.layers.read(layers)
+                if type(read) is not str:
+                    return read
+                layer_why = read
             missing = None
         except AttributeError as error:
             missing = error.name or str(error)
-        why, mismatch = self._why_not_graphable(cache, missing)
-        if why is not None and not mismatch and why != _NOT_ALLOCATED:
+        why, mismatch = self._why_not_graphable(cache, missing, layer_why)
+        if why is not None and not mismatch and why != NOT_ALLOCATED:
             try:  # left eager by design, for good: the next steps skip this look
                 self._declined = weakref.ref(cache)
             except TypeError:  # a cache that takes no weak reference is looked at each step
@@ -391,12 +401,15 @@ class GraphedGeneration:
             )
         return None
 
-    def _why_not_graphable(self, cache: Any, missing: str | None) -> tuple[str | None, bool]:
+    def _why_not_graphable(
+        self, cache: Any, missing: str | None, layer_why: str | None = None
+    ) -> tuple[str | None, bool]:
         """Why a decode step's cache is not graphed, and whether that is an API mismatch (what
         graph_generation looks for is not there) rather than a cache it leaves eager by design:
-        a dynamic one (it grows), an offloading one (it moves its tensors), one with layers of
-        another kind than StaticLayer (each named with what it keeps that a graph cannot hold:
-        _why_layer), one the prefill has not allocated."""
+        a dynamic one (it grows), an offloading one (it moves its tensors), one with layers of a
+        kind graphed._cache_layers does not hold (each named with why), one whose layers say why
+        not (`layer_why`: a linear-attention layer recording its past), one the prefill has not
+        allocated."""
         static_layer = self._api.static_layer
         layers = getattr(cache, "layers", None)
         if not isinstance(cache, self._api.static_cache) and not (
@@ -419,31 +432,34 @@ class GraphedGeneration:
             return f"has an `offloading` of {type(cache.offloading).__name__}, not a bool", True
         if cache.offloading:
             return "offloads its layers, moving their tensors, which a graph holds in place", False
-        kinds = sorted({type(x).__name__ for x in layers if type(x) is not static_layer})
-        if not any(isinstance(x, static_layer) for x in layers):
+        plans = {type(x).__name__: self._api.layers.plan(type(x)) for x in layers}
+        if not any(type(plan) is int and plan for plan in plans.values()):
             # A StaticCache with no layer graph_generation recognizes: StaticLayer has moved.
             return (
-                f"has layers of kinds {', '.join(kinds)}, none of them a transformers.cache_utils."
-                "StaticLayer, the layer graph_generation graphs",
+                f"has layers of kinds {', '.join(sorted(plans))}, none of them a kind "
+                "graph_generation holds (a transformers.cache_utils.StaticLayer, "
+                "StaticSlidingWindowLayer or LinearAttentionLayer)",
                 True,
             )
-        if kinds:
-            odd = {type(x).__name__: type(x) for x in layers if type(x) is not static_layer}
-            why = "; ".join(f"a {name} {_why_layer(odd[name])}" for name in kinds)
+        declined = sorted(name for name, plan in plans.items() if type(plan) is str)
+        if declined:
+            why = "; ".join(f"a {name} {plans[name]}" for name in declined)
             return (
-                f"has layers of kinds {', '.join(kinds)}: only a StaticLayer is graphed ({why})",
+                f"has layers of kinds {', '.join(declined)}, which are not graphed ({why})",
                 False,
             )
-        return _NOT_ALLOCATED, False
+        if layer_why is not None and layer_why != NOT_ALLOCATED:
+            return f"has a linear-attention layer that {layer_why}", False
+        return NOT_ALLOCATED, False
 
     def _checked(self, cache: Any, tensors: list[Any]) -> bool:
         """A new cache's layer tensors are tensors (warned otherwise)."""
-        for index, tensor in enumerate(tensors):
+        for tensor in tensors:
             if not isinstance(tensor, torch.Tensor):
-                name = _LAYER_TENSORS[index % len(_LAYER_TENSORS)]
                 self._mismatch(
-                    f"a decode step on a {type(cache).__name__} whose StaticLayer.{name} is a "
-                    f"{type(tensor).__name__}, not a tensor"
+                    f"a decode step on a {type(cache).__name__} whose layers hold a "
+                    f"{type(tensor).__name__} where a tensor (keys, values, a length or a state) "
+                    "was looked for"
                 )
                 return False
         return True
@@ -501,29 +517,19 @@ class GraphedGeneration:
         previous = held.owner() if held.owner is not None else None
         with torch.no_grad():
             if previous is not None and previous is not cache:
-                if self._rebind(previous, held.tensors, lambda tensor: tensor.clone()):
+                copies = {id(tensor): tensor.clone() for tensor in held.tensors}
+                if self._api.layers.rebind(previous.layers, copies):
                     self.cache_copies_out += 1
                     if held.stream is not None:
                         # The previous owner's own work, if it runs on its stream, follows the copy.
                         held.stream.wait_stream(torch.cuda.current_stream(self.graphed.device))
             for mine, theirs in zip(held.tensors, tensors, strict=True):
                 mine.copy_(theirs)
-            self._rebind(cache, tensors, None, held.tensors)
+            self._api.layers.rebind(
+                cache.layers,
+                {id(theirs): mine for mine, theirs in zip(held.tensors, tensors, strict=True)},
+            )
         self.cache_adoptions += 1
-
-    @staticmethod
-    def _rebind(cache: Any, tensors: list[torch.Tensor], copy: Any, to: Any = None) -> bool:
-        """Binds each layer's attribute that is `tensors[i]` to `to[i]` (or `copy(tensors[i])`);
-        whether any was."""
-        changed = False
-        per_layer = len(_LAYER_TENSORS)
-        for index, tensor in enumerate(tensors):
-            layer = cache.layers[index // per_layer]
-            name = _LAYER_TENSORS[index % per_layer]
-            if getattr(layer, name, None) is tensor:
-                setattr(layer, name, copy(tensor) if to is None else to[index])
-                changed = True
-        return changed
 
     def _wait_for(self, held: _Held) -> None:
         """The current stream waits for the work of another stream that used the held tensors."""

@@ -77,6 +77,65 @@ def _mixtral() -> torch.nn.Module:
 
 FAMILIES = {"llama": _llama, "qwen2": _qwen2, "mixtral": _mixtral}
 
+# The window of the sliding-window families below: prompts of SHORT tokens fill it during decode,
+# prompts of LONG tokens start past it.
+WINDOW, SHORT, LONG, PAST_THE_WINDOW = 4, 2, 8, 10
+
+
+def _gemma3() -> torch.nn.Module:
+    """Gemma 3 (text): a sliding-window layer and a full one."""
+    config = transformers.Gemma3TextConfig(
+        **TINY, head_dim=16, sliding_window=WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+    )  # fmt: skip
+    return transformers.Gemma3ForCausalLM(config)
+
+
+def _gpt_oss() -> torch.nn.Module:
+    """GPT-OSS: sliding and full layers, attention sinks, a mixture of experts."""
+    config = transformers.GptOssConfig(
+        **TINY, head_dim=16, sliding_window=WINDOW, num_local_experts=4, num_experts_per_tok=2,
+        layer_types=["sliding_attention", "full_attention"],
+    )  # fmt: skip
+    return transformers.GptOssForCausalLM(config)
+
+
+def _mistral_default() -> torch.nn.Module:
+    """Mistral with its config's default window (4096): every layer a StaticSlidingWindowLayer,
+    never full in a short generation."""
+    return transformers.MistralForCausalLM(transformers.MistralConfig(**TINY))
+
+
+def _qwen3_next() -> torch.nn.Module:
+    """Qwen3-Next: gated delta-rule linear-attention layers (convolution and recurrent states)
+    between full-attention ones, a mixture of experts."""
+    config = transformers.Qwen3NextConfig(
+        **{**TINY, "num_hidden_layers": 4}, head_dim=16, linear_num_key_heads=2,
+        linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8, num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+        layer_types=["linear_attention", "full_attention"] * 2,
+    )  # fmt: skip
+    return transformers.Qwen3NextForCausalLM(config)
+
+
+def _lfm2() -> torch.nn.Module:
+    """LFM2: short-convolution layers (a convolution state) between full-attention ones."""
+    config = transformers.Lfm2Config(
+        **{**TINY, "num_hidden_layers": 4}, layer_types=["conv", "full_attention"] * 2
+    )
+    return transformers.Lfm2ForCausalLM(config)
+
+
+# Families whose static caches hold more than StaticLayers: sliding windows, linear attention.
+WINDOWED_AND_LINEAR = {
+    "gemma3": _gemma3,
+    "gpt_oss": _gpt_oss,
+    "mistral_default": _mistral_default,
+    "mistral_window": _mistral_with_a_sliding_window,
+    "qwen3_next": _qwen3_next,
+    "lfm2": _lfm2,
+}
+
 
 def _build(make, device: str) -> torch.nn.Module:
     torch.manual_seed(0)
@@ -86,6 +145,14 @@ def _build(make, device: str) -> torch.nn.Module:
 def _prompt(model, device: str, seed: int = 1, batch: int = BATCH) -> dict:
     generator = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(1, model.config.vocab_size, (batch, PROMPT), generator=generator)
+    input_ids = input_ids.to(device)
+    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
+
+def _long_prompt(model, device: str, seed: int, length: int, batch: int = 1) -> dict:
+    """A prompt of `length` tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(1, model.config.vocab_size, (batch, length), generator=generator)
     input_ids = input_ids.to(device)
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
 
@@ -119,7 +186,7 @@ def _mixed_requests(model, prompts: list[dict], **options) -> tuple[list, list]:
             got = _generate(model, prompt, cache_implementation="static", **options)
         else:
             # The length generate() sized its own cache to: one shape for every request.
-            length = kept[0].layers[0].keys.shape[-2]
+            length = prompt["input_ids"].shape[1] + NEW_TOKENS - 1
             cache = StaticCache(config=model.config, max_cache_len=length)
             got = _generate(model, prompt, cache=cache, **options)
             kept.append(cache)
@@ -131,6 +198,33 @@ def _cache_tensors(cache) -> list[torch.Tensor]:
     return [
         t for layer in cache.layers for t in (layer.keys, layer.values, layer.cumulative_length)
     ]
+
+
+def _cache_state(cache) -> tuple[list[torch.Tensor], list]:
+    """Every tensor a cache's layers hold (keys, values, lengths, linear-attention states) and
+    their Python lengths (a sliding window's)."""
+    tensors, lengths = [], []
+    for layer in cache.layers:
+        for name in ("keys", "values", "cumulative_length", "cumulative_length_linear"):
+            if isinstance(getattr(layer, name, None), torch.Tensor):
+                tensors.append(getattr(layer, name))
+        for name in ("conv_states", "recurrent_states"):
+            tensors += [t for t in getattr(layer, name, {}).values() if t is not None]
+        lengths.append(getattr(layer, "cumulative_length_int", None))
+    return tensors, lengths
+
+
+def _graph_keys(cache, prompt_length: int, new_tokens: int) -> set:
+    """The graphs a request's decode steps need, from the cache eager's request leaves: one per
+    shape of its tensors and, on a cache with sliding windows, per regime (a window filling or
+    full at the step's length)."""
+    tensors, _ = _cache_state(cache)
+    shape = tuple(tuple(t.shape) for t in tensors)
+    windows = [
+        layer.max_cache_len for layer in cache.layers if hasattr(layer, "cumulative_length_int")
+    ]
+    lengths = range(prompt_length, prompt_length + new_tokens - 1)  # before each decode step
+    return {(shape, tuple(length >= window for window in windows)) for length in lengths}
 
 
 def _prefill_values(cache) -> list[torch.Tensor]:
@@ -418,17 +512,10 @@ def test_each_batch_size_has_its_graph_and_its_cache_tensors(emulated_backend):
     ("make", "options", "named"),
     [
         pytest.param(_llama, {}, "DynamicCache", id="dynamic-cache"),
-        pytest.param(
-            _mistral_with_a_sliding_window,
-            {"cache_implementation": "static"},
-            "StaticSlidingWindowLayer",
-            id="sliding-window-static-cache",
-        ),
     ],
 )
 def test_caches_a_graph_cannot_hold_run_every_forward_eager(make, options, named, emulated_backend):
-    """A dynamic cache grows; a sliding-window layer keeps its length as a Python int, which a
-    graph would bake in: every forward runs the model's own, with eager's tokens; one warning
+    """A dynamic cache grows: every forward runs the model's own, with eager's tokens; one warning
     says why (no API mismatch)."""
     model = _build(make, "cpu")
     prompt = _prompt(model, "cpu")
@@ -448,7 +535,7 @@ def test_caches_a_graph_cannot_hold_run_every_forward_eager(make, options, named
 def test_a_declined_caches_layers_are_looked_at_once_a_request(emulated_backend, monkeypatch):
     """A declined decode step costs what generate() costs without graphed: the cache's layers are
     looked at on its first decode step only (bench/declined_generate.py times it)."""
-    model = _build(_mistral_with_a_sliding_window, "cpu")
+    model = _build(_lfm2, "cpu")
     prompt = _prompt(model, "cpu")
     generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
     looks = []
@@ -457,8 +544,8 @@ def test_a_declined_caches_layers_are_looked_at_once_a_request(emulated_backend,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for _ in range(2):
-            _generate(model, prompt, cache_implementation="static")
-    assert len(looks) == 2, "one look a request (generate() makes a new cache each)"
+            _generate(model, prompt, cache=_recording_its_past(model))
+    assert len(looks) == 2, "one look a request (each on a cache of its own)"
     assert generation.stats()["eager_forwards"] == 2 * NEW_TOKENS
 
 
@@ -679,6 +766,62 @@ def test_requests_on_caches_generate_makes_and_caches_kept_alive_on_the_gpu(fami
     assert stats["cache_copies_out"] == len(got_caches) - 1, stats
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("family", list(WINDOWED_AND_LINEAR))
+def test_windowed_and_linear_families_give_eagers_tokens_at_every_step_on_the_gpu(family):
+    """Sliding-window (Gemma 3, GPT-OSS, Mistral) and linear-attention (Qwen3-Next, LFM2) caches
+    on the GPU: prompts shorter than the window (the steps fill it, then roll it) and longer
+    (every step rolls), generations past it; every token eager's, in two rounds of requests, the
+    second capturing nothing."""
+    model = _build(WINDOWED_AND_LINEAR[family], "cuda").to(torch.bfloat16)
+    prompts = [
+        _long_prompt(model, "cuda", seed, length, batch=BATCH)
+        for seed in (1, 2)
+        for length in (SHORT, LONG)
+    ]
+    wants = [
+        _generate(model, p, PAST_THE_WINDOW, cache=_cache_for(model, p), disable_compile=True)
+        for p in prompts
+    ]
+    generation = graphed.graph_generation(model, device="cuda")
+    captures = []
+    for round_ in range(2):
+        for index, (prompt, want) in enumerate(zip(prompts, wants, strict=True)):
+            got = _generate(model, prompt, PAST_THE_WINDOW, cache_implementation="static")
+            assert torch.equal(got, want), f"round {round_}, request {index}"
+        captures.append(generation.stats()["captures"])
+    stats = generation.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert 1 <= captures[0] == captures[1] <= 4, (captures, stats)
+    assert stats["replays"] == 2 * len(prompts) * (PAST_THE_WINDOW - 1), stats
+    assert (stats["eager_forwards"], stats["api_mismatches"]) == (2 * len(prompts), 0), stats
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("family", ["gemma3", "qwen3_next"])
+def test_windowed_and_linear_caches_kept_alive_hold_eagers_state_on_the_gpu(family):
+    """The mixed requests of one shape a server makes, on a sliding-window and a linear-attention
+    cache: every token eager's, and every kept cache holds its own request's tensors and Python
+    lengths at the end (adopted, copied out, re-bound: the linear layers' states included)."""
+    model = _build(WINDOWED_AND_LINEAR[family], "cuda").to(torch.bfloat16)
+    prompts = [_prompt(model, "cuda", seed) for seed in range(6)]
+    want_tokens, want_caches = _mixed_requests(model, prompts, disable_compile=True)
+    generation = graphed.graph_generation(model, device="cuda")
+    got_tokens, got_caches = _mixed_requests(model, prompts)
+    for index, (got, want) in enumerate(zip(got_tokens, want_tokens, strict=True)):
+        assert torch.equal(got, want), f"request {index}"
+    for index, (got, want) in enumerate(zip(got_caches, want_caches, strict=True)):
+        (mine, my_lengths), (eagers, eager_lengths) = _cache_state(got), _cache_state(want)
+        assert my_lengths == eager_lengths, f"kept cache {index}"
+        for tensor, expected in zip(mine, eagers, strict=True):
+            torch.testing.assert_close(tensor, expected, msg=f"kept cache {index}")
+    stats = generation.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert stats["captures"] == 1 and stats["cache_adoptions"] == len(prompts) - 1, stats
+
+
 @pytest.mark.parametrize("regions", [None, True])
 def test_a_decode_step_that_cannot_be_captured_runs_eagerly_unless_regions_are_asked_for(
     emulated_backend, regions
@@ -732,27 +875,158 @@ def test_where_no_graph_can_replay_decode_steps_adopt_no_cache():
     assert stats["eager_forwards"] > 0
 
 
+class _AnyLayer:
+    def __init__(self, **kwargs) -> None:
+        self.is_initialized = True
+
+
 def test_a_declined_layer_kind_is_named_with_what_it_keeps(emulated_backend):
     """Each kind of cache layer graph_generation leaves eager is named with why (graphed.
-    _generation._why_layer): a sliding window's Python length, a linear-attention hybrid's
-    convolution and recurrent states, an indexed layer's indexer keys, any other kind's not being
-    a StaticLayer."""
+    _cache_layers.why_declined): an indexed layer's indexer keys, a hybrid with a dynamic part's
+    growing keys, any other kind's being none of those it holds; the kinds it holds (a sliding
+    window, a linear-attention hybrid with a static part) are not named."""
     from transformers import cache_utils
 
     model = _build(_llama, "cpu")
     cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
     base = cache_utils.StaticLayer
-    kinds = {
-        "StaticSlidingWindowLayer": "cumulative_length_int",
-        "LinearAttentionAndStaticFullAttentionLayer": "conv_states, recurrent_states",
+    declined = {
         "StaticIndexedLayer": "indexer keys",
-        "SomeOtherStaticLayer": "is not a StaticLayer",
+        "LinearAttentionAndFullAttentionLayer": "grows",
+        "SomeOtherLayer": "is none of the layer kinds",
     }
-    cache.layers = [base(max_cache_len=CACHE_LENGTH)] + [
-        type(name, (base,), {})(max_cache_len=CACHE_LENGTH) for name in kinds
-    ]
+    bases = {
+        "StaticIndexedLayer": (cache_utils.StaticIndexedLayer,),
+        "LinearAttentionAndFullAttentionLayer": (cache_utils.LinearAttentionAndFullAttentionLayer,),
+        "SomeOtherLayer": (_AnyLayer,),
+    }
+    cache.layers = (
+        [base(max_cache_len=CACHE_LENGTH)]
+        + [type(name, bases[name], {})(max_cache_len=CACHE_LENGTH) for name in declined]
+        + [cache_utils.StaticSlidingWindowLayer(max_cache_len=CACHE_LENGTH, sliding_window=4)]
+    )
+    if hasattr(cache_utils, "LinearAttentionAndStaticFullAttentionLayer"):
+        cache.layers.append(
+            cache_utils.LinearAttentionAndStaticFullAttentionLayer(max_cache_len=CACHE_LENGTH)
+        )
     generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
     why, mismatch = generation._why_not_graphable(cache, None)
     assert not mismatch
-    for name, said in kinds.items():
+    for name, said in declined.items():
         assert f"a {name} " in why and said in why.split(f"a {name} ")[1].split(";")[0], why
+    assert "a StaticSlidingWindowLayer " not in why and "StaticFullAttention" not in why, why
+
+
+def _cache_for(model, prompt: dict) -> StaticCache:
+    """A static cache of the length generate() would give this request (generate() itself keeps
+    the longest it made and reuses it for shorter requests)."""
+    return StaticCache(
+        config=model.config, max_cache_len=prompt["input_ids"].shape[1] + PAST_THE_WINDOW
+    )
+
+
+def _lengths_after(model, prompt: dict, new_tokens: int, **options) -> tuple:
+    """generate()'s tokens and the Python lengths and tensors of the cache it returns."""
+    output = _generate(model, prompt, new_tokens, return_dict_in_generate=True, **options)
+    tensors, lengths = _cache_state(output[CACHE])
+    return output.sequences, lengths, tensors
+
+
+@pytest.mark.parametrize("family", list(WINDOWED_AND_LINEAR))
+def test_windowed_and_linear_caches_capture_a_graph_per_regime_and_keep_eagers_lengths(
+    family, emulated_backend
+):
+    """Decode steps on sliding-window and linear-attention caches reach the graph: a graph per
+    shape and per regime of the windows (filling, full), none more over later requests, and the
+    cache generate() returns has eager's Python lengths though no Python ran in a replay."""
+    model = _build(WINDOWED_AND_LINEAR[family], "cpu")
+    prompts = [
+        _long_prompt(model, "cpu", seed, length) for seed in (1, 2) for length in (SHORT, LONG)
+    ]
+    wants = [_lengths_after(model, p, PAST_THE_WINDOW, cache=_cache_for(model, p)) for p in prompts]
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    keys = set()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for prompt, want in zip(prompts, wants, strict=True):
+            cache = _cache_for(model, prompt)
+            got = _lengths_after(model, prompt, PAST_THE_WINDOW, cache=cache)
+            assert got[1] == want[1], "the sliding windows' Python lengths"
+            keys |= _graph_keys(cache, prompt["input_ids"].shape[1], PAST_THE_WINDOW)
+    assert not _graphed_warnings(caught)
+    stats = generation.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    expected = len(keys)
+    assert 2 <= expected <= 4 and stats["captures"] == expected, (keys, stats)
+    assert stats["replays"] == len(prompts) * (PAST_THE_WINDOW - 1), stats
+    assert (stats["eager_forwards"], stats["api_mismatches"]) == (len(prompts), 0), stats
+
+
+@pytest.mark.parametrize("family", ["gemma3", "qwen3_next"])
+def test_the_capturing_step_leaves_a_windowed_or_linear_cache_as_eager_leaves_it(
+    family, emulated_backend
+):
+    """graphed's probe and warm-ups run the capturing step more than once: each would advance a
+    sliding window's Python length and roll it or write a linear layer's states; the step must
+    leave every tensor and Python length as eager's one step leaves them."""
+    model = _build(WINDOWED_AND_LINEAR[family], "cpu")
+    prompt = _prompt(model, "cpu")  # PROMPT tokens: past the window of 4
+    eager_cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
+    want = _generate(model, prompt, 2, cache=eager_cache)
+    graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
+    assert torch.equal(_generate(model, prompt, 2, cache=cache), want)
+    (mine, my_lengths), (eagers, eager_lengths) = _cache_state(cache), _cache_state(eager_cache)
+    assert my_lengths == eager_lengths
+    assert len(mine) == len(eagers)
+    for index, (got, expected) in enumerate(zip(mine, eagers, strict=True)):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=f"cache tensor {index}")
+
+
+def test_a_windowed_decode_step_called_without_positions_runs_eager_and_says_why(
+    emulated_backend,
+):
+    """A decode step on a sliding-window cache called directly, without generate()'s position_ids
+    and prepared mask: the model would compute both from the window's Python length, which a graph
+    would bake in; it runs eagerly with eager's logits, said once."""
+    model = _build(_gemma3, "cpu")
+    prompt = _prompt(model, "cpu")
+    caches = [StaticCache(config=model.config, max_cache_len=CACHE_LENGTH) for _ in range(2)]
+    step = {"input_ids": prompt["input_ids"][:, -1:], "use_cache": True}
+    with torch.no_grad():
+        model(input_ids=prompt["input_ids"], use_cache=True, **{CACHE: caches[0]})
+        want = model(**step, **{CACHE: caches[0]}).logits
+        generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+        model(input_ids=prompt["input_ids"], use_cache=True, **{CACHE: caches[1]})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = model(**step, **{CACHE: caches[1]}).logits
+    said = _graphed_warnings(caught)
+    assert len(said) == 1 and "position_ids" in said[0] and "Python length" in said[0], said
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert generation.stats()["captures"] == 0
+
+
+def _recording_its_past(model) -> StaticCache:
+    """A static cache whose linear-attention layers record their past states (for crop())."""
+    cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
+    for layer in cache.layers:
+        if hasattr(layer, "activate_past_recording"):
+            layer.activate_past_recording()
+    return cache
+
+
+def test_a_linear_attention_layer_recording_its_past_is_declined_with_why(emulated_backend):
+    """A linear-attention layer that records its past states for crop() re-binds them each step;
+    its decode steps run eagerly, eager's tokens, and the warning says so."""
+    model = _build(_lfm2, "cpu")
+    prompt = _prompt(model, "cpu")
+    want = _generate(model, prompt, cache=_recording_its_past(model))
+    generation = graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _generate(model, prompt, cache=_recording_its_past(model))
+    said = _graphed_warnings(caught)
+    assert len(said) == 1 and "records its past" in said[0], said
+    assert torch.equal(got, want)
+    assert generation.stats()["captures"] == 0
