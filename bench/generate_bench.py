@@ -5,8 +5,11 @@ patterns a server uses.
 
     PYTHONPATH=python:bench python bench/generate_bench.py --out DIR [--quick]
 
-A Llama-family decoder with random weights built from a config here (bf16; nothing downloaded),
-greedy decoding of one prompt a row. The call patterns, in this order:
+Two decoders with random weights built from configs here (bf16; nothing downloaded), greedy
+decoding of one prompt a row: a Llama (every layer a StaticLayer) and a Gemma 3 of the same sizes
+whose layers are mostly sliding windows (StaticSlidingWindowLayer, WINDOW tokens, shorter than
+the prompt and the new tokens: its decode steps fill the window, then roll it). The call
+patterns, in this order:
 
 - "fresh": `generate(..., cache_implementation="static")` with no cache passed, so generate()
   makes a new StaticCache each request (the default pattern; graph_generation copies each new
@@ -55,26 +58,39 @@ SIZES = {
     "quick": {"layers": 8, "new_tokens": 32, "rounds": 3},
 }
 BATCH, PROMPT = 1, 32
+WINDOW = 48  # Gemma 3's sliding window: the prompt is shorter, prompt plus new tokens longer
+FAMILIES = {
+    "llama": "Llama-family decoder",
+    "gemma3": f"Gemma 3 (text) decoder, 3 of 4 layers sliding windows of {WINDOW}",
+}
 # A second request slower than this (seconds) is a method that recompiles every request.
 SLOW_S = 10.0
 
 
-def _model(layers: int, device: torch.device) -> torch.nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _model(layers: int, device: torch.device, family: str = "llama") -> torch.nn.Module:
+    import transformers
 
-    config = LlamaConfig(
-        vocab_size=32000,
-        hidden_size=1024,
-        intermediate_size=2816,
-        num_hidden_layers=layers,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        max_position_embeddings=1024,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
+    sizes = {
+        "vocab_size": 32000,
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 1024,
+        "eos_token_id": None,
+        "pad_token_id": 0,
+    }
+    if family == "gemma3":
+        kinds = (["sliding_attention"] * 3 + ["full_attention"]) * (layers // 4)
+        config = transformers.Gemma3TextConfig(
+            **sizes, head_dim=64, sliding_window=WINDOW, layer_types=kinds
+        )
+        model_class = transformers.Gemma3ForCausalLM
+    else:
+        config, model_class = transformers.LlamaConfig(**sizes), transformers.LlamaForCausalLM
     torch.manual_seed(0)
-    return LlamaForCausalLM(config).to(device=device, dtype=torch.bfloat16).eval()
+    return model_class(config).to(device=device, dtype=torch.bfloat16).eval()
 
 
 def _cache_kwarg() -> str:
@@ -214,16 +230,22 @@ def _run_pattern(generate: dict, new_tokens: int, rounds: int, captures_of, log)
 
 
 def run_generate(
-    device: torch.device, *, quick: bool, with_compile: bool = True, log=print
+    device: torch.device,
+    *,
+    quick: bool,
+    with_compile: bool = True,
+    log=print,
+    family: str = "llama",
 ) -> dict:
     """Per call pattern, each method's decode tokens per second, first-request seconds, captures
-    and token check (with_compile=False leaves torch.compile's out)."""
+    and token check (with_compile=False leaves torch.compile's out), for one of FAMILIES."""
     import graphed
     from transformers import StaticCache
 
     size = SIZES["quick" if quick else "full"]
     new_tokens = size["new_tokens"]
-    model, graphed_model = _model(size["layers"], device), _model(size["layers"], device)
+    model = _model(size["layers"], device, family)
+    graphed_model = _model(size["layers"], device, family)
     generation = graphed.graph_generation(graphed_model, device=device, name="generate")
     input_ids = torch.randint(1, 32000, (BATCH, PROMPT), generator=torch.Generator().manual_seed(1))
     prompt = {"input_ids": input_ids.to(device), "attention_mask": torch.ones_like(input_ids)}
@@ -233,6 +255,7 @@ def run_generate(
         del owners["compiled"]
     result: dict = {
         "config": {**size, "batch": BATCH, "prompt": PROMPT, "dtype": "bfloat16"},
+        "family": family,
         "patterns": {},
     }
 
@@ -271,7 +294,8 @@ def generate_table(result: dict) -> list[str]:
     config = result["config"]
     stats = result["stats"]
     lines = [
-        f"Llama-family decoder, {config['layers']} layers of 1024, bf16, batch {config['batch']}, "
+        f"{FAMILIES[result.get('family', 'llama')]}, {config['layers']} layers of 1024, bf16, "
+        f"batch {config['batch']}, "
         f"prompt {config['prompt']}, {config['new_tokens']} new tokens, greedy, static cache; "
         "the patterns in this order, on the same models",
         "",
@@ -318,18 +342,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="transformers generate() decode rate")
     parser.add_argument("--out", type=Path, required=True, help="folder for generate_results.json")
     parser.add_argument("--quick", action="store_true", help="fewer new tokens and rounds")
+    parser.add_argument(
+        "--families", default=",".join(FAMILIES), help=f"comma-separated, of {list(FAMILIES)}"
+    )
     args = parser.parse_args()
     why = missing_reason()
     if why is not None:
         print(f"SKIPPED: {why}")
         return 0
-    started = time.perf_counter()
-    result = run_generate(torch.device("cuda", torch.cuda.current_device()), quick=args.quick)
-    result["seconds"] = time.perf_counter() - started
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "generate_results.json").write_text(json.dumps(result, indent=2) + "\n")
-    print("\n".join(generate_table(result)))
-    print(f"({result['seconds']:.0f} s)")
+    for family in args.families.split(","):
+        started = time.perf_counter()
+        device = torch.device("cuda", torch.cuda.current_device())
+        result = run_generate(device, quick=args.quick, family=family)
+        result["seconds"] = time.perf_counter() - started
+        name = "generate_results.json" if family == "llama" else f"generate_{family}_results.json"
+        (args.out / name).write_text(json.dumps(result, indent=2) + "\n")
+        print("\n".join(generate_table(result)))
+        print(f"({result['seconds']:.0f} s)\n")
     return 0
 
 

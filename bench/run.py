@@ -390,16 +390,22 @@ def _time_generate(results: dict, args: argparse.Namespace) -> None:
     if why is not None:
         _skip(results, what, why)
         return
-    value = _section(
-        results,
-        what,
-        lambda: run_generate(
-            _bench_device(), quick=args.quick, with_compile=not args.no_compile, log=log
-        ),
-    )
-    if value is not None:
-        results["generate"] = value
-        (args.out / "generate.md").write_text("\n".join(generate_table(value)) + "\n")
+    for family, key in (("llama", "generate"), ("gemma3", "generate_gemma3")):
+        # Gemma 3: the sliding-window family beside Llama's plain static cache.
+        value = _section(
+            results,
+            what if family == "llama" else f"{what}, Gemma 3 (sliding windows)",
+            lambda family=family: run_generate(
+                _bench_device(),
+                quick=args.quick,
+                with_compile=not args.no_compile,
+                log=log,
+                family=family,
+            ),
+        )
+        if value is not None:
+            results[key] = value
+            (args.out / f"{key}.md").write_text("\n".join(generate_table(value)) + "\n")
 
 
 def _compile_settings(settings: dict) -> dict:
@@ -493,6 +499,11 @@ def _run_cpu(results: dict, settings: dict, clock: Any) -> None:
     _skip(results, COMPILE_LABEL, f"reduce-overhead means CUDA graphs; {reason}")
     _skip(results, "Stable Audio Open DiT in StableAudioPipeline's loop", reason)
     _skip(results, "transformers generate(), decode tokens per second", reason)
+    _skip(
+        results,
+        "transformers generate(), decode tokens per second, Gemma 3 (sliding windows)",
+        reason,
+    )
 
 
 # -- summary ----------------------------------------------------------------------------------
