@@ -40,12 +40,6 @@ def _families() -> dict[str, Any]:
         "Gemma 2": ("Gemma2ForCausalLM", "Gemma2Config", {"intermediate_size": 128,
                                                           "sliding_window": 16}),
         "Llama": ("LlamaForCausalLM", "LlamaConfig", {"intermediate_size": 128}),
-        "Mistral (sliding_window)": ("MistralForCausalLM", "MistralConfig",
-                                     {"intermediate_size": 128, "sliding_window": 16}),
-        "GPT-OSS": ("GptOssForCausalLM", "GptOssConfig", {"intermediate_size": 64,
-                                                           "num_local_experts": 4,
-                                                           "num_experts_per_tok": 2,
-                                                           "sliding_window": 16}),
     }  # fmt: skip
     found = {}
     for name, (model, config, extra) in families.items():

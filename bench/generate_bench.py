@@ -131,7 +131,12 @@ def _length_of_generates_cache(model, prompt: dict, new_tokens: int) -> int:
         return_dict_in_generate=True,
     )
     cache = output.get("cache", output.get("past_key_values"))
-    return int(cache.layers[0].keys.shape[-2])
+    # The longest layer: a sliding window's is the window (Gemma 3's first layer).
+    return max(
+        int(layer.keys.shape[-2])
+        for layer in cache.layers
+        if getattr(layer, "keys", None) is not None
+    )
 
 
 @contextlib.contextmanager
