@@ -1,8 +1,9 @@
 """graphed.graph_generation: transformers' own `model.generate(...)` with its decode steps replayed
 from a graph, on tiny random decoders built here (Llama, with Qwen2 and Mixtral as other
-families; nothing is downloaded). Skipped with the reason when transformers is missing. They pass
-with transformers 5.17 (the pinned version) through 5.24, which renamed the forward's cache kwarg
-to `cache`.
+families; Gemma 3, GPT-OSS and Mistral for sliding-window caches, Qwen3-Next and LFM2 for
+linear-attention ones; nothing is downloaded). Skipped with the reason when transformers is
+missing. They pass with transformers 5.17 (the pinned version) through 5.25; 5.24 renamed the
+forward's cache kwarg to `cache`.
 
 On the CPU the emulated backend captures nothing: a replay returns what the capture-time forward
 wrote, so only the first decode step of a capture (the one the capture itself computes) can give
