@@ -155,6 +155,8 @@ class CacheLayers:
                 why = _linear_tensors(layer, tensors)
                 if why is not None:
                     return why
+        if not tensors:
+            return NOT_ALLOCATED
         return tensors, sliding
 
     @staticmethod
@@ -180,7 +182,10 @@ class CacheLayers:
 
 
 def _linear_tensors(layer: Any, tensors: list[torch.Tensor]) -> str | None:
-    """Appends a linear-attention layer's state tensors and length to `tensors`; or why not."""
+    """Appends a linear-attention layer's state tensors and length to `tensors`; or why not. A
+    layer with no state at a decode step holds nothing (transformers 5.17 gives a model's MoE and
+    MLP layers this kind, and they never allocate one): a cache none of whose layers holds a
+    tensor is one the prefill has not allocated (read())."""
     if layer.record_past is not False:
         return (
             "records its past convolution and recurrent states for crop() (assisted decoding), "
@@ -200,7 +205,7 @@ def _linear_tensors(layer: Any, tensors: list[torch.Tensor]) -> str | None:
             tensors.append(state)
             found = True
     if not found:
-        return NOT_ALLOCATED
+        return None
     length = getattr(layer, "cumulative_length_linear", None)  # from transformers 5.24
     if length is not None:
         tensors.append(length)

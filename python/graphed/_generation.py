@@ -277,18 +277,15 @@ class GraphedGeneration:
         # Under the lock: which set a cache is bound to, and which a new cache takes (_held_for).
         with self._lock:
             read = self._layer_tensors(cache)
-            held = None if read is None else self._held_for(cache, read[0])
+            sliding = () if read is None else read[1]
+            full = self._windows(sliding, kwargs) if sliding else 0
+            held = None if read is None or full is None else self._held_for(cache, read[0])
         if held is None:
             return self._eager(args, kwargs, cache)
-        sliding = read[1]
-        variant = held.serial
+        # One graph per regime of the windows: a step's update writes at the length until a
+        # window is full, and rolls it after.
+        variant = held.serial | (full << 40)
         if sliding:
-            full = self._windows(sliding, kwargs)
-            if full is None:
-                return self._eager(args, kwargs, cache)
-            # One graph per regime: a step's update writes at the length until the window is
-            # full, and rolls it after.
-            variant |= full << 40
             length = sliding[0].cumulative_length_int
         step_kwargs = {key: value for key, value in kwargs.items() if key != name}
         in_flight = self._step._in_flight
@@ -299,11 +296,12 @@ class GraphedGeneration:
         finally:
             in_flight.cache = in_flight.name = None
             in_flight.sliding = ()
-            if sliding:
-                # What eager's update leaves: one more (a replay runs no Python).
-                set_lengths(sliding, length + 1)
             if self._on_cuda:
                 held.stream = torch.cuda.current_stream(self.graphed.device)
+        if sliding:
+            # What eager's update leaves: one more (a replay runs no Python). A step that raised
+            # keeps what its last run left, as eager's would.
+            set_lengths(sliding, length + 1)
         for field in self._step.cache_fields.get(type(output), (name,)):
             output[field] = cache
         return output

@@ -137,16 +137,22 @@ class _Snapshot:
     forward re-assigned of the module, from StateToKeep.rebound)."""
 
     def __init__(self, state: StateToKeep) -> None:
-        self.saved: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+        # (tensor, its version then, its copy); the version is None for an inference tensor (a
+        # cache made under torch.inference_mode), which has none and is always put back.
+        self.saved: list[tuple[torch.Tensor, int | None, torch.Tensor]] = []
         seen: set[int] = set()
         with torch.no_grad():
             for tensor in state.restored:
-                if id(tensor) in seen or tensor.is_inference() or tensor.numel() == 0:
+                if id(tensor) in seen or tensor.numel() == 0:
                     continue
                 if isinstance(tensor, torch.nn.Parameter):
                     continue  # a keep_alive module's weights: watched as parameters below
                 seen.add(id(tensor))
-                self.saved.append((tensor, tensor._version, tensor.clone()))
+                if tensor.is_inference():
+                    with torch.inference_mode():
+                        self.saved.append((tensor, None, tensor.clone()))
+                else:
+                    self.saved.append((tensor, tensor._version, tensor.clone()))
         self.parameters = [
             (name, parameter, parameter._version)
             for name, parameter in state.parameters
@@ -161,7 +167,10 @@ class _Snapshot:
         put_back = False
         with torch.no_grad():
             for tensor, version, copy in self.saved:
-                if tensor._version != version:
+                if version is None:
+                    with torch.inference_mode():
+                        tensor.copy_(copy)
+                elif tensor._version != version:
                     tensor.copy_(copy)
                     put_back = True
         lost = [

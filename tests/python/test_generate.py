@@ -963,25 +963,71 @@ def test_windowed_and_linear_caches_capture_a_graph_per_regime_and_keep_eagers_l
     assert (stats["eager_forwards"], stats["api_mismatches"]) == (len(prompts), 0), stats
 
 
-@pytest.mark.parametrize("family", ["gemma3", "qwen3_next"])
+@pytest.mark.parametrize("inference_mode", [False, True], ids=["no_grad", "inference_mode"])
+@pytest.mark.parametrize("family", ["gemma3", "qwen3_next", "lfm2"])
 def test_the_capturing_step_leaves_a_windowed_or_linear_cache_as_eager_leaves_it(
-    family, emulated_backend
+    family, inference_mode, emulated_backend
 ):
     """graphed's probe and warm-ups run the capturing step more than once: each would advance a
     sliding window's Python length and roll it or write a linear layer's states; the step must
-    leave every tensor and Python length as eager's one step leaves them."""
+    leave every tensor and Python length as eager's one step leaves them, also for a cache made
+    under torch.inference_mode (inference tensors, which have no version counter to tell a
+    write by: put back always)."""
     model = _build(WINDOWED_AND_LINEAR[family], "cpu")
     prompt = _prompt(model, "cpu")  # PROMPT tokens: past the window of 4
+    mode = torch.inference_mode if inference_mode else torch.no_grad
     eager_cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
-    want = _generate(model, prompt, 2, cache=eager_cache)
+    with mode():
+        want = _generate(model, prompt, 2, cache=eager_cache)
     graphed.graph_generation(model, device="cpu", backend=emulated_backend)
     cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
-    assert torch.equal(_generate(model, prompt, 2, cache=cache), want)
+    with mode():
+        assert torch.equal(_generate(model, prompt, 2, cache=cache), want)
     (mine, my_lengths), (eagers, eager_lengths) = _cache_state(cache), _cache_state(eager_cache)
     assert my_lengths == eager_lengths
     assert len(mine) == len(eagers)
     for index, (got, expected) in enumerate(zip(mine, eagers, strict=True)):
         torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=f"cache tensor {index}")
+
+
+def test_a_decode_step_that_raises_leaves_the_windows_length_as_eager_leaves_it(emulated_backend):
+    """A decode step whose forward raises (an out-of-range token, before any cache update): the
+    sliding windows' Python length stays where eager's leaves it, not one ahead."""
+    model = _build(_mistral_with_a_sliding_window, "cpu")
+    prompt = _prompt(model, "cpu")
+
+    def failed_step(cache) -> list:
+        with torch.no_grad():
+            model(input_ids=prompt["input_ids"], use_cache=True, **{CACHE: cache})
+            mask = torch.zeros(BATCH, 1, 1, cache.layers[0].max_cache_len)
+            step = {"input_ids": torch.full((BATCH, 1), 10_000), "use_cache": True}
+            step["position_ids"] = torch.full((BATCH, 1), PROMPT)
+            with pytest.raises(IndexError):
+                model(**step, attention_mask=mask, **{CACHE: cache})
+        return _cache_state(cache)[1]
+
+    want = failed_step(StaticCache(config=model.config, max_cache_len=CACHE_LENGTH))
+    graphed.graph_generation(model, device="cpu", backend=emulated_backend)
+    got = failed_step(StaticCache(config=model.config, max_cache_len=CACHE_LENGTH))
+    assert got == want == [PROMPT] * len(want)
+
+
+def test_a_linear_attention_layer_without_state_holds_nothing(emulated_backend):
+    """A linear-attention layer that never allocates a state (transformers 5.17 gives MoE and MLP
+    layers this kind) holds nothing: the cache's other layers are graphed, not declined as a
+    cache "the prefill did not allocate"."""
+    from graphed._cache_layers import NOT_ALLOCATED, CacheLayers
+    from transformers import cache_utils
+
+    model = _build(_llama, "cpu")
+    cache = StaticCache(config=model.config, max_cache_len=CACHE_LENGTH)
+    with torch.no_grad():
+        model(**_prompt(model, "cpu"), use_cache=True, **{CACHE: cache})
+    layers = CacheLayers(cache_utils)
+    stateless = cache_utils.LinearAttentionLayer()
+    tensors, sliding = layers.read([*cache.layers, stateless])
+    assert len(tensors) == 3 * len(cache.layers) and sliding == []
+    assert layers.read([stateless]) == NOT_ALLOCATED
 
 
 def test_a_windowed_decode_step_called_without_positions_runs_eager_and_says_why(
