@@ -739,6 +739,26 @@ def test_greedy_tokens_equal_eager_at_every_decode_step_on_the_gpu(family, dtype
     assert (stats["cache_adoptions"], stats["api_mismatches"]) == (len(prompts) - 1, 0), stats
 
 
+def _mixed_requests_as_eagers(make) -> tuple:
+    """_mixed_requests on a bf16 GPU model, eagerly and then graphed: every token eager's, and
+    every kept cache's tensors and Python lengths eager's at the end (another request's values
+    would differ by far more than bf16's tolerance). Returns (the GraphedGeneration, the prompts,
+    the graphed run's kept caches)."""
+    model = _build(make, "cuda").to(torch.bfloat16)
+    prompts = [_prompt(model, "cuda", seed) for seed in range(6)]
+    want_tokens, want_caches = _mixed_requests(model, prompts, disable_compile=True)
+    generation = graphed.graph_generation(model, device="cuda")
+    got_tokens, got_caches = _mixed_requests(model, prompts)
+    for index, (got, want) in enumerate(zip(got_tokens, want_tokens, strict=True)):
+        assert torch.equal(got, want), f"request {index}"
+    for index, (got, want) in enumerate(zip(got_caches, want_caches, strict=True)):
+        (mine, my_lengths), (eagers, eager_lengths) = _cache_state(got), _cache_state(want)
+        assert my_lengths == eager_lengths, f"kept cache {index}"
+        for tensor, expected in zip(mine, eagers, strict=True):
+            torch.testing.assert_close(tensor, expected, msg=f"kept cache {index}")
+    return generation, prompts, got_caches
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -746,17 +766,7 @@ def test_requests_on_caches_generate_makes_and_caches_kept_alive_on_the_gpu(fami
     """Requests on the caches generate() makes, with some of those caches kept (returned by
     return_dict_in_generate) and a StaticCache passed in between, all of one shape: one capture,
     every token eager's, and every kept cache exactly the eager request's cache at the end."""
-    model = _build(FAMILIES[family], "cuda").to(torch.bfloat16)
-    prompts = [_prompt(model, "cuda", seed) for seed in range(6)]
-    want_tokens, want_caches = _mixed_requests(model, prompts, disable_compile=True)
-    generation = graphed.graph_generation(model, device="cuda")
-    got_tokens, got_caches = _mixed_requests(model, prompts)
-    for index, (got, want) in enumerate(zip(got_tokens, want_tokens, strict=True)):
-        assert torch.equal(got, want), f"request {index}"
-    # Another request's values in a kept cache would differ by far more than bf16's tolerance.
-    for index, (got, want) in enumerate(zip(got_caches, want_caches, strict=True)):
-        for mine, eagers in zip(_cache_tensors(got), _cache_tensors(want), strict=True):
-            torch.testing.assert_close(mine, eagers, msg=f"kept cache {index}")
+    generation, prompts, got_caches = _mixed_requests_as_eagers(FAMILIES[family])
     stats = generation.stats()
     assert stats["enabled"], stats["disabled_reason"]
     assert (stats["captures"], stats["held_caches"]) == (1, 1), stats
@@ -806,18 +816,7 @@ def test_windowed_and_linear_caches_kept_alive_hold_eagers_state_on_the_gpu(fami
     """The mixed requests of one shape a server makes, on a sliding-window and a linear-attention
     cache: every token eager's, and every kept cache holds its own request's tensors and Python
     lengths at the end (adopted, copied out, re-bound: the linear layers' states included)."""
-    model = _build(WINDOWED_AND_LINEAR[family], "cuda").to(torch.bfloat16)
-    prompts = [_prompt(model, "cuda", seed) for seed in range(6)]
-    want_tokens, want_caches = _mixed_requests(model, prompts, disable_compile=True)
-    generation = graphed.graph_generation(model, device="cuda")
-    got_tokens, got_caches = _mixed_requests(model, prompts)
-    for index, (got, want) in enumerate(zip(got_tokens, want_tokens, strict=True)):
-        assert torch.equal(got, want), f"request {index}"
-    for index, (got, want) in enumerate(zip(got_caches, want_caches, strict=True)):
-        (mine, my_lengths), (eagers, eager_lengths) = _cache_state(got), _cache_state(want)
-        assert my_lengths == eager_lengths, f"kept cache {index}"
-        for tensor, expected in zip(mine, eagers, strict=True):
-            torch.testing.assert_close(tensor, expected, msg=f"kept cache {index}")
+    generation, prompts, _ = _mixed_requests_as_eagers(WINDOWED_AND_LINEAR[family])
     stats = generation.stats()
     assert stats["enabled"], stats["disabled_reason"]
     assert stats["captures"] == 1 and stats["cache_adoptions"] == len(prompts) - 1, stats
