@@ -125,6 +125,16 @@ typedef struct gf_backend {
    * run can have it. Best effort, never fails; a pool that holds graphs keeps its memory, which is
    * theirs. */
   void (*give_back_memory)(void *context, void *state);
+  /* Optional (default: GF_ERR_NOT_FOUND, nothing queued: the layer above compares another way).
+   * Verify mode's comparison of a sampled call (graphed._verify): queues on the current stream,
+   * behind the work that wrote them, a bitwise comparison of `count` pairs of byte ranges (each
+   * gf_copy's dst with its src, `bytes` long, on the runner's device) and does not wait; once it
+   * has run, the device has written 0 (every pair equal) or 1 (some byte differs) to `verdict`, a
+   * byte of pinned host memory. `scratch`: two 32-bit words of device memory, zero, that this
+   * comparison alone uses until it has run, and leaves zero. GF_ERR_NOT_FOUND too, having queued
+   * nothing, where the device cannot write `verdict`. */
+  gf_status (*compare_later)(void *context, void *state, const gf_copy *pairs, size_t count,
+                             uint8_t *verdict, uint32_t *scratch, gf_error *err);
 } gf_backend;
 
 enum { GF_COPY_INPUTS = 0, GF_COPY_OUTPUTS = 1 };

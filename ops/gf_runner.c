@@ -236,6 +236,19 @@ gf_disable_cause gf_runner_disabled_cause(const gf_runner *runner) {
 
 const char *gf_runner_backend_name(const gf_runner *runner) { return runner->backend->name; }
 
+gf_status gf_runner_compare_later(gf_runner *runner, const gf_copy *pairs, size_t count,
+                                  uint8_t *verdict, uint32_t *scratch, gf_error *err) {
+  const gf_backend *backend = runner->backend;
+  /* A backend that makes per-runner state made none: the runner's device has no graphs. */
+  const int stateless = backend->runner_create != NULL && runner->backend_state == NULL;
+  if (backend->compare_later == NULL || stateless) {
+    return gf_error_set(err, GF_ERR_NOT_FOUND, "graphed: the %s backend compares no outputs",
+                        backend->name);
+  }
+  return backend->compare_later(backend->context, runner->backend_state, pairs, count, verdict,
+                                scratch, err);
+}
+
 /* Whether the scratch signature's new key runs eager instead of capturing: held back since it ran
  * out of device memory (Note [Out of device memory while capturing], gf_capture.c), or by the
  * churn guard, *report saying whether the host is to be told of the guard now (gf_churn_admit).

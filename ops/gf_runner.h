@@ -154,6 +154,12 @@ gf_disable_cause gf_runner_disabled_cause(const gf_runner *runner);
 /* The name of the runner's backend. */
 const char *gf_runner_backend_name(const gf_runner *runner);
 
+/* Verify mode's comparison of a sampled call, queued on the runner's device without waiting
+ * (gf_backend.compare_later, whose arguments these are): GF_ERR_NOT_FOUND, having queued nothing,
+ * where the backend cannot (no such hook, or the runner has no device state: no graph yet). */
+gf_status gf_runner_compare_later(gf_runner *runner, const gf_copy *pairs, size_t count,
+                                  uint8_t *verdict, uint32_t *scratch, gf_error *err);
+
 /* What a resident entry is, for listings. */
 typedef struct gf_entry_info {
   const unsigned char *key; /* the caller's key bytes */

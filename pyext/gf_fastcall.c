@@ -54,6 +54,7 @@
 #include "gf_model_hooks.h"
 #include "gf_sync_warning.h"
 #include "gf_tensor.h"
+#include "gf_verify_compare.h"
 #include "gf_walker.h"
 #include "gf_walker_module.h"
 
@@ -495,8 +496,8 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
   gf_reentered = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_changed = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_run_eager = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
-  if (gf_walker_module_init(module) != 0 || gf_reentered == NULL || gf_changed == NULL ||
-      gf_run_eager == NULL || gf_baked_init() != 0 ||
+  if (gf_walker_module_init(module) != 0 || gf_verify_compare_init(module) != 0 ||
+      gf_reentered == NULL || gf_changed == NULL || gf_run_eager == NULL || gf_baked_init() != 0 ||
       PyModule_AddObjectRef(module, "CHANGED", gf_changed) != 0 ||
       PyModule_AddObjectRef(module, "RUN_EAGER", gf_run_eager) != 0 ||
       PyModule_AddObjectRef(module, "REENTERED", gf_reentered) != 0 ||

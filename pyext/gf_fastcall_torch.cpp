@@ -437,6 +437,18 @@ extern "C" gf_status gf_fastcall_torch_select_state(int64_t runner_id, uint64_t 
   }
 }
 
+extern "C" gf_status gf_fastcall_torch_compare_later(int64_t runner_id, const gf_copy *pairs,
+                                                     size_t count, uint8_t *verdict,
+                                                     uint32_t *scratch, gf_error *err) {
+  try {
+    std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
+    std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
+    return gf_runner_compare_later(slot->runner, pairs, count, verdict, scratch, err);
+  } catch (...) {
+    return graphed::status_of_current_exception(err, nullptr);
+  }
+}
+
 extern "C" void gf_fastcall_torch_word_input_error(int64_t runner_id, PyObject *tensor,
                                                    const char *subject, gf_error *err) {
   try {

@@ -9,6 +9,7 @@
 
 #include <Python.h>
 
+#include "gf_backend.h"
 #include "gf_call_state.h"
 #include "gf_status.h"
 #include "gf_tensor.h"
@@ -108,6 +109,11 @@ gf_status gf_fastcall_torch_reset(int64_t runner_id, int restart_churn, gf_error
 /* Selects the state the runner's calls are keyed in (gf_runner_select_state) under its lock. */
 gf_status gf_fastcall_torch_select_state(int64_t runner_id, uint64_t state, int first_time,
                                          gf_error *err);
+
+/* Verify mode's comparison of a sampled call (gf_runner_compare_later) on runner `runner_id`'s
+ * device, under its lock: GF_ERR_NOT_FOUND, having queued nothing, where its backend cannot. */
+gf_status gf_fastcall_torch_compare_later(int64_t runner_id, const gf_copy *pairs, size_t count,
+                                          uint8_t *verdict, uint32_t *scratch, gf_error *err);
 
 /* The phase of the forward the runner of runner_call (a CallState's) is running: GF_PHASE_EAGER
  * outside one or when runner_call is NULL. */

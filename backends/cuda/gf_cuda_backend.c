@@ -5,6 +5,7 @@
  * the shared memory pools are the torch half's (gf_cuda_torch.h); its hook-shaped functions sit
  * in the table directly. */
 #include "gf_cuda_backend.h"
+#include "gf_cuda_compare.h"
 #include "gf_cuda_copy.h"
 #include "gf_cuda_torch.h"
 
@@ -200,6 +201,22 @@ static void gf_cuda_release_graph(void *context, void *state, void *graph) {
   free(graph);
 }
 
+static gf_status gf_cuda_compare_later_hook(void *context, void *state, const gf_copy *pairs,
+                                            size_t count, uint8_t *verdict, uint32_t *scratch,
+                                            gf_error *err) {
+  (void)context;
+  int error = gf_cuda_compare_later(pairs, count, verdict, scratch, gf_cuda_current_stream(state));
+  if (error == cudaErrorInvalidValue) {
+    return gf_error_set(err, GF_ERR_NOT_FOUND,
+                        "graphed: the device cannot write the verdict's host byte");
+  }
+  if (error != 0) {
+    return gf_error_set(err, GF_ERR_BACKEND, "graphed: the batched comparison failed: %s",
+                        gf_cuda_error_string(error));
+  }
+  return GF_OK;
+}
+
 static const gf_backend gf_cuda_backend = {
     .name = "cuda",
     .context = NULL,
@@ -226,6 +243,7 @@ static const gf_backend gf_cuda_backend = {
     .device_bytes_reserved = gf_cuda_torch_device_bytes_reserved,
     .pool_bytes_reserved = gf_cuda_torch_pool_bytes_reserved,
     .give_back_memory = gf_cuda_torch_give_back_memory,
+    .compare_later = gf_cuda_compare_later_hook,
 };
 
 const gf_backend *gf_cuda_backend_probe(char *why, size_t why_capacity) {

@@ -6,6 +6,7 @@
 // entry copies nothing. The role only makes the input node, the output node and plain launches
 // distinct functions, so a captured graph's nodes can be told apart.
 #include "gf_cuda_copy.h"
+#include "gf_cuda_stride.cuh"
 
 #include <cuda_runtime.h>
 
@@ -30,18 +31,15 @@ template <int N, int Role> __global__ void gf_copy_kernel(const CopyTable<N> tab
   const unsigned long long bytes = table.bytes[copy];
   const char *src = static_cast<const char *>(table.src[copy]);
   char *dst = static_cast<char *>(table.dst[copy]);
-  const unsigned long long start = blockIdx.x * (unsigned long long)kThreads + threadIdx.x;
-  const unsigned long long step = gridDim.x * (unsigned long long)kThreads;
-  const bool vectorised =
-      ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | bytes) & 15u) == 0;
-  if (vectorised) {
+  const gf_cuda_stride stride = gf_cuda_stride_of(src, dst, bytes, kThreads);
+  if (stride.vectorised) {
     const uint4 *src4 = reinterpret_cast<const uint4 *>(src);
     uint4 *dst4 = reinterpret_cast<uint4 *>(dst);
-    for (unsigned long long i = start; i < bytes / 16; i += step) {
+    for (unsigned long long i = stride.start; i < bytes / 16; i += stride.step) {
       dst4[i] = src4[i];
     }
   } else {
-    for (unsigned long long i = start; i < bytes; i += step) {
+    for (unsigned long long i = stride.start; i < bytes; i += stride.step) {
       dst[i] = src[i];
     }
   }
@@ -56,14 +54,8 @@ template <int N> void fill_table(CopyTable<N> &table, const gf_copy *copies, siz
 }
 
 dim3 grid_for(const gf_copy *copies, size_t count) {
-  unsigned long long largest = 0;
-  for (size_t i = 0; i < count; ++i) {
-    largest = copies[i].bytes > largest ? copies[i].bytes : largest;
-  }
-  const unsigned long long per_block = kThreads * 16ull;
-  unsigned long long blocks = (largest + per_block - 1) / per_block;
-  blocks = blocks == 0 ? 1 : (blocks > kMaxBlocksPerCopy ? kMaxBlocksPerCopy : blocks);
-  return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count));
+  return dim3(gf_cuda_blocks_per_range(copies, count, kMaxBlocksPerCopy),
+              static_cast<unsigned>(count));
 }
 
 template <int N, int Role> int launch(const gf_copy *copies, size_t count, cudaStream_t stream) {
@@ -135,6 +127,17 @@ int update(cudaGraphExec_t exec, const gf_cuda_copy_node *node, const void *kern
 }
 
 } // namespace
+
+extern "C" unsigned gf_cuda_blocks_per_range(const gf_copy *ranges, size_t count,
+                                             unsigned max_blocks) {
+  unsigned long long largest = 0;
+  for (size_t i = 0; i < count; ++i) {
+    largest = ranges[i].bytes > largest ? ranges[i].bytes : largest;
+  }
+  const unsigned long long per_block = kThreads * 16ull;
+  unsigned long long blocks = (largest + per_block - 1) / per_block;
+  return static_cast<unsigned>(blocks == 0 ? 1 : (blocks > max_blocks ? max_blocks : blocks));
+}
 
 extern "C" int gf_cuda_copy_batch(const gf_copy *copies, size_t count, cudaStream_t stream) {
   for (size_t first = 0; first < count; first += GF_CUDA_COPIES_PER_LAUNCH) {

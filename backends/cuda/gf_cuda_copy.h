@@ -42,6 +42,11 @@ int gf_cuda_copy_find_node(cudaGraph_t graph, int role, gf_cuda_copy_node *found
 int gf_cuda_copy_update(cudaGraphExec_t exec, const gf_cuda_copy_node *node, const gf_copy *copies,
                         size_t count);
 
+/* The blocks of 256 threads, 16 bytes each a pass, that the longest of `count` ranges takes, from
+ * 1 to max_blocks: the grid's width of the batched copy and of the batched comparison
+ * (gf_cuda_compare.h), whose blocks stride over what is longer. */
+unsigned gf_cuda_blocks_per_range(const gf_copy *ranges, size_t count, unsigned max_blocks);
+
 /* The message of a cudaError_t. */
 const char *gf_cuda_error_string(int error);
 

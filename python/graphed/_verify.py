@@ -15,13 +15,17 @@ reset, or not at all.
 `verify_every=K` (or `GRAPHED_VERIFY_EVERY=K`) samples after that window: one call in K of each
 graph is compared the same way, so that a change graphed cannot see is caught in serving, at the
 cost of one eager forward per sampled call. A sampled call on a CUDA device compares on the device
-and does not wait for it: its verdict (one byte) is copied to pinned host memory behind the
-comparison, the call returns the graph's result, and a later call reads the byte once the device
-wrote it (while any verdict is pending, the C entry hands every call here, about a microsecond
-each). A difference then disables the runner with the path and the largest difference, as above,
-and that call returns eager's result. Reading the result on the host at the sampled call itself
-(torch.equal) stalled the stream: 73 to 115 us a sampled call on the H200 beside a 25 to 38 us
-eager forward.
+and does not wait for it: every pair of output tensors is compared bitwise in one kernel launch
+(pyext/gf_verify_compare.c, the backend's compare_later), whose last block writes the verdict (one
+byte) into pinned host memory; the call returns the graph's result, and a later call reads the
+byte once the device wrote it (while any verdict is pending, the C entry hands every call here,
+about a microsecond each). A difference then disables the runner with the path and the largest
+difference, as above, and that call returns eager's result. Reading the result on the host at the
+sampled call itself (torch.equal) stalled the stream: 73 to 115 us a sampled call on the H200
+beside a 25 to 38 us eager forward; a comparison of torch operations queued from Python (a
+comparison, a reduction and a copy a pair) did not wait but cost about as much again. With
+verify_tolerance, or outputs the bytes cannot tell (not contiguous, on several devices), the
+comparison is those torch operations.
 
 Which calls are compared is decided in C, where the call's count is (the CallState's verify
 setting, pyext/gf_fastcall.c): such a call comes back as a SampledCall(result, served), and
@@ -32,7 +36,6 @@ from __future__ import annotations
 
 import collections
 import os
-import time
 from typing import Any, NamedTuple
 
 import torch
@@ -40,6 +43,7 @@ from torch.utils import _pytree as pytree
 
 from ._eager import VERIFY, run_eagerly
 from ._inventory import inventory
+from ._native import _graphed_fastcall as _fastcall
 
 VERIFY_ENV = "GRAPHED_VERIFY"
 VERIFY_EVERY_ENV = "GRAPHED_VERIFY_EVERY"
@@ -165,13 +169,28 @@ _NOT_WRITTEN = 2  # a verdict byte the device has not written yet (it writes 0 o
 DEFERRED_DEVICE_TYPES = ("cuda",)
 
 
-class _Verdict(NamedTuple):
-    """A sampled call's comparison queued on the device: the byte it lands in (pinned host memory,
-    read without waiting), the stream it was queued on, and what was compared, for the report."""
+class _VerdictSlot(NamedTuple):
+    """Where a sampled call's verdict lands: one byte of host memory (pinned where the device
+    writes it) and its one-element numpy view, read without waiting; and two zeroed int32 on the
+    outputs' device that the batched comparison counts its blocks in (and leaves zero)."""
 
-    byte: Any  # a one-element numpy view of `host`
     host: torch.Tensor
-    stream: Any
+    byte: Any
+    scratch: torch.Tensor
+    device: torch.device
+
+    @classmethod
+    def make(cls, device: torch.device) -> _VerdictSlot:
+        host = torch.empty(1, dtype=torch.uint8, pin_memory=device.type == "cuda")
+        scratch = torch.zeros(2, dtype=torch.int32, device=device)
+        return cls(host, host.numpy(), scratch, device)
+
+
+class _Verdict(NamedTuple):
+    """A sampled call's comparison queued on the device: the slot its verdict lands in, and what
+    was compared, for the report."""
+
+    slot: _VerdictSlot
     served: int
     replayed: Any
     expected: Any
@@ -187,16 +206,20 @@ class Verifier:
         self._call_state: Any = None
         self._pending: collections.deque[_Verdict] = collections.deque()
         self._pending_bytes = 0
-        self._spare_bytes: list[torch.Tensor] = []
+        self._spare_slots: list[_VerdictSlot] = []
+        self._routed = False  # what the C entry was last told: verdicts are pending
 
     def arm(self, call_state: Any) -> None:
         """Makes the runner's entries return the calls to compare as SampledCall."""
         self._call_state = call_state
-        self._set_pending(False)
+        self._route(False)
 
-    def _set_pending(self, pending: bool) -> None:
+    def _route(self, pending: bool) -> None:
+        """Tells the C entry whether to hand every call here (a verdict to read) or only the
+        sampled ones."""
         verification = self.verification
         self._call_state.verify(verification.calls, verification.every, pending)
+        self._routed = pending
 
     def _due(self, served: int) -> bool:
         calls, every = self.verification.calls, self.verification.every
@@ -206,7 +229,13 @@ class Verifier:
         """The sampled call's result, compared with eager's for the same kwargs (the call's own,
         graphed's options taken out); a difference disables the runner and returns eager's
         result. A verdict of an earlier sampled call that the device has written is read first."""
-        result, served = sampled
+        try:
+            return self._compared(runner, kwargs, *sampled)
+        finally:
+            if self._routed != bool(self._pending):  # told once per change, not per call
+                self._route(not self._routed)
+
+    def _compared(self, runner: Any, kwargs: dict, result: Any, served: int) -> Any:
         if self._pending and self._read_verdicts(runner):
             return run_eagerly(runner, kwargs, VERIFY)
         if not self._due(served):  # handed here only for the pending verdicts
@@ -214,12 +243,18 @@ class Verifier:
         expected = run_eagerly(runner, kwargs, VERIFY)
         verification = self.verification
         deferred = served > verification.calls
+        if deferred and self._full() and self._wait_and_read(runner):  # an earlier one differed
+            return expected
+        if deferred and verification.tolerance is None:
+            queued = self._queue_batched(runner, served, result, expected)
+            if queued is not None:
+                if queued:
+                    return result
+                deferred = False  # a difference the host sees: said now, with its path
         difference, unread = verification._difference(result, expected, values=not deferred)
         if difference is None and unread:
             devices = {tensor.device for pair in unread for tensor in pair}
             if len(devices) == 1 and unread[0][0].device.type in DEFERRED_DEVICE_TYPES:
-                if self._full() and self._wait_and_read(runner):  # an earlier call differed
-                    return expected
                 self._queue(verification.differs_on_device(unread), served, unread, result,
                             expected)  # fmt: skip
                 return result
@@ -229,53 +264,84 @@ class Verifier:
         self._disable(runner, served, difference)
         return expected
 
+    def _queue_batched(self, runner: Any, served: int, result: Any, expected: Any) -> bool | None:
+        """Queues the bitwise comparison of every pair of output tensors in one launch, its
+        verdict written by the device (pyext/gf_verify_compare.c): True queued, False a
+        difference the host sees (structure, a leaf, a dtype or shape), None for the other way
+        (outputs the bytes cannot tell, a device that does not defer, a backend that cannot)."""
+        pairs = _tensor_pairs(result, expected)
+        if pairs is None:
+            return False
+        got, want = pairs
+        if not got:
+            return None  # nothing for the device: compared on the host at once
+        device = got[0].device
+        if device.type not in DEFERRED_DEVICE_TYPES:
+            return None
+        slot = self._slot(device)
+        try:
+            queued = _fastcall.compare_later(runner.runner_id, got, want, slot.host, slot.scratch)
+        except RuntimeError:  # the launch failed: this slot's scratch may hold a count
+            return None
+        if not queued:
+            self._spare_slots.append(slot)
+            return queued
+        nbytes = 2 * sum(tensor.nbytes for tensor in got)
+        self._pend(_Verdict(slot, served, result, expected, nbytes))
+        return True
+
+    def _slot(self, device: torch.device) -> _VerdictSlot:
+        """A verdict's byte (marked not written) and scratch on `device`, reused once read."""
+        slot = self._spare_slots.pop() if self._spare_slots else None
+        if slot is None or slot.device != device:
+            slot = _VerdictSlot.make(device)
+        slot.byte[0] = _NOT_WRITTEN
+        return slot
+
+    def _pend(self, verdict: _Verdict) -> None:
+        self._pending.append(verdict)
+        self._pending_bytes += verdict.nbytes
+
     def _full(self) -> bool:
         return len(self._pending) >= _PENDING_MOST or self._pending_bytes > _PENDING_BYTES_MOST
 
     def _wait_and_read(self, runner: Any) -> bool:
-        """Sampled faster than the device answers: waits for the oldest verdict alone (its
-        stream's later work, this call's included, goes on), then reads what is written."""
+        """Sampled faster than the device answers: waits for the device to finish what was queued
+        (the oldest verdict with it), then reads what is written."""
         oldest = self._pending[0]
-        while oldest.byte[0] == _NOT_WRITTEN and not oldest.stream.query():
-            time.sleep(0)  # lets other threads run meanwhile
+        if oldest.slot.byte[0] == _NOT_WRITTEN and oldest.slot.device.type == "cuda":
+            torch.cuda.synchronize(oldest.slot.device)
+        if oldest.slot.byte[0] == _NOT_WRITTEN:  # its work failed on the device: never written
+            self._pending.popleft()
+            self._pending_bytes -= oldest.nbytes
         return self._read_verdicts(runner)
 
     def _queue(
         self, flag: torch.Tensor, served: int, pairs: list, replayed: Any, expected: Any
     ) -> None:
         """Copies the device's verdict to a pinned byte behind the comparison, without waiting."""
-        nbytes = 2 * sum(got.numel() * got.element_size() for got, _ in pairs)
-        on_cuda = flag.is_cuda
-        host = self._spare_bytes.pop() if self._spare_bytes else _verdict_byte(on_cuda)
-        byte = host.numpy()
-        byte[0] = _NOT_WRITTEN
-        host.view(torch.bool).copy_(flag.reshape(1), non_blocking=on_cuda)
-        stream = torch.cuda.current_stream(flag.device) if on_cuda else _DONE
-        self._pending.append(_Verdict(byte, host, stream, served, replayed, expected, nbytes))
-        self._pending_bytes += nbytes
-        if len(self._pending) == 1:
-            self._set_pending(True)
+        nbytes = 2 * sum(got.nbytes for got, _ in pairs)
+        slot = self._slot(flag.device)
+        slot.host.view(torch.bool).copy_(flag.reshape(1), non_blocking=flag.is_cuda)
+        self._pend(_Verdict(slot, served, replayed, expected, nbytes))
 
     def _read_verdicts(self, runner: Any) -> bool:
         """Reads the verdicts the device has written, oldest first; True when one differed (the
         runner is then disabled)."""
         while self._pending:
             verdict = self._pending[0]
-            written = int(verdict.byte[0])
+            written = int(verdict.slot.byte[0])
             if written == _NOT_WRITTEN:
                 return False
             self._pending.popleft()
             self._pending_bytes -= verdict.nbytes
-            self._spare_bytes.append(verdict.host)
-            if not self._pending:
-                self._set_pending(False)
+            self._spare_slots.append(verdict.slot)
             if written:
                 difference = self.verification.difference(verdict.replayed, verdict.expected)
                 if difference is None:  # the caller changed the returned tensors since
                     difference = "on the device (the returned tensors have changed since)"
                 self._pending.clear()
                 self._pending_bytes = 0
-                self._set_pending(False)
                 self._disable(runner, verdict.served, difference)
                 return True
         return False
@@ -300,16 +366,22 @@ class Verifier:
         runner.disable(reason, "verify")
 
 
-def _verdict_byte(pinned: bool) -> torch.Tensor:
-    return torch.empty(1, dtype=torch.uint8, pin_memory=pinned)
-
-
-class _Done:
-    """The "stream" of a comparison the CPU made as it was queued: done."""
-
-    @staticmethod
-    def query() -> bool:
-        return True
-
-
-_DONE = _Done()
+def _tensor_pairs(result: Any, expected: Any) -> tuple[list, list] | None:
+    """The output tensors of both sides, in order; None when what is not a tensor differs (the
+    structure, a leaf, where the tensors are)."""
+    if type(result) is torch.Tensor and type(expected) is torch.Tensor:
+        return [result], [expected]
+    got, got_spec = pytree.tree_flatten(result)
+    want, want_spec = pytree.tree_flatten(expected)
+    if got_spec != want_spec:
+        return None
+    got_tensors, want_tensors = [], []
+    for leaf, eager_leaf in zip(got, want, strict=True):
+        if isinstance(leaf, torch.Tensor) and isinstance(eager_leaf, torch.Tensor):
+            got_tensors.append(leaf)
+            want_tensors.append(eager_leaf)
+        elif isinstance(leaf, torch.Tensor) or isinstance(eager_leaf, torch.Tensor):
+            return None
+        elif leaf != eager_leaf:
+            return None
+    return got_tensors, want_tensors

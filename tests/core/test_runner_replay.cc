@@ -37,6 +37,56 @@ TEST_F(Runner, SecondCallWithNewValuesReplaysWithoutCapture) {
   EXPECT_EQ(Stats().replays, 3u);
 }
 
+// ---- verify mode's comparison -------------------------------------------------------------
+
+// What the recording compare_later hook was last given: whether its state was the runner's (the
+// token runner_create handed out), and how many pairs.
+struct Compared {
+  int calls = 0;
+  bool runners_state = false;
+  size_t count = 0;
+};
+Compared compared;
+
+gf_status RecordCompare(void *context, void *state, const gf_copy *pairs, size_t count,
+                        uint8_t *verdict, uint32_t *scratch, gf_error *err) {
+  (void)pairs;
+  (void)scratch;
+  (void)err;
+  compared.calls++;
+  compared.runners_state =
+      state != nullptr && state == static_cast<gf_fake_backend *>(context)->state;
+  compared.count = count;
+  *verdict = 0;
+  return GF_OK;
+}
+
+TEST_F(Runner, CompareLaterOfABackendWithoutTheHookQueuesNothing) {
+  Create();
+  float left = 1.0f, right = 1.0f;
+  const gf_copy pair = {&left, &right, sizeof left};
+  uint8_t verdict = 2;
+  uint32_t scratch[2] = {0, 0};
+  EXPECT_EQ(gf_runner_compare_later(runner_, &pair, 1, &verdict, scratch, &err_), GF_ERR_NOT_FOUND);
+  EXPECT_EQ(verdict, 2);
+}
+
+TEST_F(Runner, CompareLaterReachesTheBackendWithTheRunnersState) {
+  compared = Compared{};
+  backend_.table.compare_later = RecordCompare;
+  Create();
+  CallExpectingCorrect(MakeInputs(1, {2}, 1.0f));
+  float left[2] = {1.0f, 2.0f}, right[2] = {1.0f, 2.0f};
+  const gf_copy pairs[2] = {{&left[0], &right[0], sizeof left[0]}, {&left[1], &right[1], 4}};
+  uint8_t verdict = 2;
+  uint32_t scratch[2] = {0, 0};
+  ASSERT_EQ(gf_runner_compare_later(runner_, pairs, 2, &verdict, scratch, &err_), GF_OK);
+  EXPECT_EQ(compared.calls, 1);
+  EXPECT_TRUE(compared.runners_state);
+  EXPECT_EQ(compared.count, 2u);
+  EXPECT_EQ(verdict, 0);
+}
+
 // The hook calls of one replay with `count` inputs, and the size of its input batch.
 struct ReplayCost {
   uint64_t hook_calls;

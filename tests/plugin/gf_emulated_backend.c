@@ -118,6 +118,23 @@ static gf_status gf_emulated_launch(void *context, void *state, void *graph, gf_
   return GF_OK;
 }
 
+/* Verify mode's comparison, made at once on the host (the CPU's work is done as it is queued):
+ * the verdict is written before the call returns. */
+static gf_status gf_emulated_compare_later(void *context, void *state, const gf_copy *pairs,
+                                           size_t count, uint8_t *verdict, uint32_t *scratch,
+                                           gf_error *err) {
+  (void)context;
+  (void)state;
+  (void)scratch;
+  (void)err;
+  uint8_t differs = 0;
+  for (size_t i = 0; i < count && !differs; ++i) {
+    differs = memcmp(pairs[i].dst, pairs[i].src, pairs[i].bytes) != 0;
+  }
+  *verdict = differs;
+  return GF_OK;
+}
+
 static const gf_backend gf_emulated_backend = {
     .name = "emulated",
     .graphs_supported = gf_emulated_graphs_supported,
@@ -128,6 +145,7 @@ static const gf_backend gf_emulated_backend = {
     .launch = gf_emulated_launch,
     .capture_copy_node = gf_emulated_capture_copy_node,
     .launch_folded = gf_emulated_launch_folded,
+    .compare_later = gf_emulated_compare_later,
 };
 
 static const gf_backend *gf_emulated_backend_probe(char *why, size_t why_capacity) {

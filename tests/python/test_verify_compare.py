@@ -1,0 +1,163 @@
+"""Verify mode's batched comparison (pyext/gf_verify_compare.c, the backend's compare_later): a
+sampled call's output pairs compared by bytes in one launch whose verdict the device writes into
+a host byte. On the CPU the emulated backend compares at once (graphed._verify's deferral widened
+to the CPU); on a GPU the kernel's verdict is read after a synchronize, over pair counts that span
+launches, sizes that take its vector and byte paths, and a difference in the last byte."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _gpu import on_gpu
+from graphed import GraphedForward, _verify
+from graphed._native import _graphed_fastcall as _fastcall
+from test_changed_state import ReadsAHiddenTensor
+
+
+class Outputs(ReadsAHiddenTensor):
+    """A dict of a tuple of tensors and a non-tensor leaf, one tensor read from an object graphed
+    cannot watch (re-bound after capture: a stale replay only verify sees)."""
+
+    def forward(self, x):
+        y = self.linear(x)
+        return {"y": y, "pair": (y * 2, y + self.holder.offset), "scale": 2}
+
+
+def _slot(device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    host = torch.full((1,), 2, dtype=torch.uint8, pin_memory=device == "cuda")
+    return host, torch.zeros(2, dtype=torch.int32, device=device)
+
+
+def _captured(emulated_backend: str | None, device: str) -> GraphedForward:
+    """A runner whose graph was captured (so its backend holds its device state)."""
+    module = torch.nn.Linear(4, 4).to(device)
+    gf = GraphedForward(module, device=device, backend=emulated_backend)
+    gf(torch.ones(2, 4, device=device))
+    return gf
+
+
+def test_compare_later_writes_the_verdict_and_tells_what_bytes_cannot(emulated_backend):
+    gf = _captured(emulated_backend, "cpu")
+    a, b = torch.arange(6.0), torch.arange(6.0)
+    host, scratch = _slot("cpu")
+    assert _fastcall.compare_later(gf.runner_id, [a, a[:2]], [b, b[:2]], host, scratch) is True
+    assert host.item() == 0
+    b[5] = -0.0 if a[5] == 0 else -a[5]
+    assert _fastcall.compare_later(gf.runner_id, [a], [b], host, scratch) is True
+    assert host.item() == 1
+    # Another dtype or shape: a difference the host sees; not contiguous: compared another way.
+    assert _fastcall.compare_later(gf.runner_id, [a], [b.int()], host, scratch) is False
+    assert _fastcall.compare_later(gf.runner_id, [a], [b[:5]], host, scratch) is False
+    strided = torch.arange(12.0)[::2]
+    assert _fastcall.compare_later(gf.runner_id, [strided], [a], host, scratch) is None
+    # Nothing with bytes: equal at once.
+    host.fill_(2)
+    assert _fastcall.compare_later(gf.runner_id, [], [], host, scratch) is True
+    assert host.item() == 0
+    with pytest.raises(TypeError, match="compare_later"):
+        _fastcall.compare_later(gf.runner_id, [a], [], host, scratch)
+
+
+def test_a_runner_without_a_comparing_backend_compares_another_way():
+    """The CPU's own runner has no device backend: None, nothing written."""
+    gf = GraphedForward(torch.nn.Linear(4, 4), device="cpu")
+    gf(torch.ones(2, 4))
+    host, scratch = _slot("cpu")
+    a = torch.ones(3)
+    assert _fastcall.compare_later(gf.runner_id, [a], [a.clone()], host, scratch) is None
+    assert host.item() == 2
+
+
+def test_a_stale_structured_output_is_told_at_the_next_call_by_its_path(
+    emulated_backend, monkeypatch
+):
+    monkeypatch.setattr(_verify, "DEFERRED_DEVICE_TYPES", ("cuda", "cpu"))
+    module = Outputs()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, verify_every=2)
+    x = torch.ones(2, 4)
+    for _ in range(3):
+        assert gf(x)["scale"] == 2  # the graph's calls 1 (its capture) to 3: 2 sampled, equal
+    assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
+    module.holder.previous = module.holder.offset
+    module.holder.offset = torch.ones(4)
+    gf(x)  # call 4, sampled: the verdict is written, read at the next call
+    assert gf.stats()["enabled"]
+    with torch.no_grad():
+        expected = module(x)
+    got = gf(x)
+    torch.testing.assert_close(got["pair"][1], expected["pair"][1], rtol=0, atol=0)
+    reason = gf.stats()["disabled_reason"]
+    assert "call 4 of a graph (one in 2 sampled) differed from eager at output['pair'][1]" in (
+        reason
+    ), reason
+
+
+def test_output_pairs_are_the_tensors_in_order_or_none_where_the_rest_differs():
+    a, b = torch.ones(2), torch.zeros(3)
+    assert _verify._tensor_pairs(a, b) == ([a], [b])
+    got, want = _verify._tensor_pairs({"x": (a, 1), "y": b}, {"x": (b, 1), "y": a})
+    assert [id(t) for t in got] == [id(a), id(b)] and [id(t) for t in want] == [id(b), id(a)]
+    assert _verify._tensor_pairs((a, 1), (a, 2)) is None  # a leaf
+    assert _verify._tensor_pairs((a, 1), (a, b)) is None  # a tensor where eager has none
+    assert _verify._tensor_pairs((a,), [a]) is None  # the structure
+    assert _verify._tensor_pairs((1, "s"), (1, "s")) == ([], [])
+
+
+_SIZES = [1, 15, 16, 17, 4096, 4096 * 16 + 3, 2**20 + 5]
+
+
+@on_gpu
+@pytest.mark.parametrize("pairs", [1, 64, 65, 130])
+def test_the_kernel_finds_one_differing_byte_anywhere(pairs):
+    gf = _captured(None, "cuda")
+    got = [torch.randint(0, 255, (_SIZES[i % len(_SIZES)],), dtype=torch.uint8, device="cuda")
+           for i in range(pairs)]  # fmt: skip
+    want = [tensor.clone() for tensor in got]
+    host, scratch = _slot("cuda")
+    assert _fastcall.compare_later(gf.runner_id, got, want, host, scratch)
+    torch.cuda.synchronize()
+    assert host.item() == 0
+    assert scratch.tolist() == [0, 0], "the comparison leaves its scratch zero"
+    for which in sorted({0, pairs // 2, pairs - 1}):
+        for at in (0, -1):
+            want[which][at] ^= 1
+            host.fill_(2)
+            assert _fastcall.compare_later(gf.runner_id, got, want, host, scratch)
+            torch.cuda.synchronize()
+            assert host.item() == 1, (which, at)
+            assert scratch.tolist() == [0, 0]
+            want[which][at] ^= 1
+    # A view at an odd offset (no 16-byte vectors) that differs in its last byte.
+    base = torch.zeros(1001, dtype=torch.uint8, device="cuda")
+    other = base.clone()
+    other[-1] = 7
+    host.fill_(2)
+    assert _fastcall.compare_later(gf.runner_id, [base[1:]], [other[1:]], host, scratch)
+    torch.cuda.synchronize()
+    assert host.item() == 1
+
+
+@on_gpu
+def test_a_sampled_call_on_the_device_queues_one_comparison_for_all_outputs():
+    """Outputs of a dict of a tuple: the sampled call compares on the device without a
+    synchronization; a stale one is told at a later call with its path."""
+    module = Outputs().cuda()
+    module.holder.offset = module.holder.offset.cuda()
+    gf = GraphedForward(module, device="cuda", verify_every=2)
+    x = torch.ones(2, 4, device="cuda")
+    gf(x)
+    module.holder.previous = module.holder.offset
+    module.holder.offset = torch.ones(4, device="cuda")
+    gf(x)  # call 1: not sampled
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        gf(x)  # call 2: sampled, compared on the device
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert gf.stats()["enabled"]
+    torch.cuda.synchronize()
+    gf(x)
+    reason = gf.stats()["disabled_reason"]
+    assert "call 2 of a graph (one in 2 sampled) differed from eager at output['pair'][1]" in (
+        reason
+    ), reason
