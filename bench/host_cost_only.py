@@ -3,6 +3,9 @@ per build with that build's python/ first on PYTHONPATH (scripts/device_check.sh
 alternating builds, and compare the medians and their ratios to the bare replay of the same run.
 
     PYTHONPATH=<tree>/python:bench python bench/host_cost_only.py --label NAME --json FILE
+
+It also prints the targets of what an option adds to a call (bench/targets.py: the watch, LoRA
+state, positional binding, CPU staging, externals, sampled verification), each from this run.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 import graphed
 import torch
 from host_cost import run_host_cost
+from targets import added_cost_targets
 from timing import choose_host_clock, gc_paused
 
 RATIO_METHODS = (
@@ -61,6 +65,8 @@ def main() -> None:
                 f"empty op {empty:.2f} us (op bound, empty + 2x bare: {empty + 2 * bare:.2f})"
             )
         print(f"[{args.label}] K={k}: bare {bare:.2f} us; " + "; ".join(parts), flush=True)
+    for target in added_cost_targets({"host_cost": results}):
+        print(f"[{args.label}] {target['status']}: {target['target']}: {target['measured']}")
     if args.json is not None:
         with args.json.open("a") as out:
             out.write(

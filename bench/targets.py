@@ -102,7 +102,7 @@ def _added_target(results: dict, ident: str, text: str, method: str, against: st
     return _target(ident, text, "PASS" if all(verdicts) else "MISS", "; ".join(parts) + " us")
 
 
-def _added_cost_targets(results: dict) -> list[dict]:
+def added_cost_targets(results: dict) -> list[dict]:
     """What the watch, LoRA adapters' state, positional binding, CPU staging and sampled
     verification add to a call, each a difference of two medians of one run."""
     text = f"a positional call adds <= {POSITIONAL_LIMIT_US:g} us at K={POSITIONAL_K}"
@@ -262,7 +262,7 @@ def evaluate(results: dict[str, Any]) -> list[dict]:
     """Every target of the issue, in its order, with its status and the figures behind it."""
     return [
         *_host_targets(results),
-        *_added_cost_targets(results),
+        *added_cost_targets(results),
         _launch_target(results),
         *_dit_targets(results),
         *_over_compile_targets(results),
