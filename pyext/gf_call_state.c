@@ -10,6 +10,7 @@
 #include "gf_call_state.h"
 #include "gf_fastcall_torch.h"
 #include "gf_host.h"
+#include "gf_verify_sampled.h"
 
 static PyObject *gf_call_state_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   PyObject *rebuild = NULL;
@@ -46,7 +47,7 @@ static int gf_call_state_traverse(gf_call_state *state, visitproc visit, void *a
   Py_VISIT(state->rebuild);
   Py_VISIT(state->last_key);
   Py_VISIT(state->run_inventory);
-  return 0;
+  return gf_verify_queue_traverse(state->verify_queue, visit, arg);
 }
 
 static int gf_call_state_clear(gf_call_state *state) {
@@ -58,6 +59,9 @@ static int gf_call_state_clear(gf_call_state *state) {
   Py_CLEAR(state->rebuild);
   Py_CLEAR(state->last_key);
   Py_CLEAR(state->run_inventory);
+  gf_verify_queue *queue = state->verify_queue;
+  state->verify_queue = NULL;
+  gf_verify_queue_free(queue);
   return 0;
 }
 
@@ -149,10 +153,19 @@ static PyObject *gf_call_state_phase(gf_call_state *state, void *unused) {
   return PyLong_FromLong(gf_fastcall_torch_phase(state->runner_call));
 }
 
+/* verdicts_pending: how many sampled calls' verdicts the fast entry's queue holds unread. */
+static PyObject *gf_call_state_verdicts_pending(gf_call_state *state, void *unused) {
+  (void)unused;
+  return PyLong_FromLong(gf_verify_queue_pending(state->verify_queue));
+}
+
 static PyGetSetDef gf_call_state_getset[] = {
     {"phase", (getter)gf_call_state_phase, NULL,
      "why the core runs the forward of the call in flight: PHASE_EAGER, PHASE_PROBE, "
      "PHASE_WARMUP or PHASE_CAPTURE (PHASE_EAGER outside a call)",
+     NULL},
+    {"verdicts_pending", (getter)gf_call_state_verdicts_pending, NULL,
+     "how many sampled calls' verdicts the fast entry's queue holds unread (verify_natively)",
      NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -211,6 +224,32 @@ static PyObject *gf_call_state_verify(gf_call_state *state, PyObject *const *arg
   Py_RETURN_NONE;
 }
 
+/* verify_natively(runner_id, forward, host, scratch): the fast entry makes the sampled calls after
+ * the first verify_first itself (gf_verify_sampled.h); verify_natively(None) stops that, dropping
+ * the verdicts pending. */
+static PyObject *gf_call_state_verify_natively(gf_call_state *state, PyObject *const *args,
+                                               Py_ssize_t nargs) {
+  gf_verify_queue *queue = NULL;
+  if (nargs == 4) {
+    const long long runner_id = PyLong_AsLongLong(args[0]);
+    if (runner_id == -1 && PyErr_Occurred()) {
+      return NULL;
+    }
+    queue = gf_verify_queue_arm((int64_t)runner_id, args[1], args[2], args[3]);
+    if (queue == NULL) {
+      return NULL;
+    }
+  } else if (nargs != 1 || args[0] != Py_None) {
+    PyErr_SetString(PyExc_TypeError,
+                    "CallState.verify_natively(runner_id, forward, host, scratch) or (None)");
+    return NULL;
+  }
+  gf_verify_queue *previous = state->verify_queue;
+  state->verify_queue = queue;
+  gf_verify_queue_free(previous);
+  Py_RETURN_NONE;
+}
+
 /* unwatch(): no check before calls (a disabled runner replays nothing). */
 static PyObject *gf_call_state_unwatch(gf_call_state *state, PyObject *unused) {
   (void)unused;
@@ -242,6 +281,10 @@ static PyMethodDef gf_call_state_methods[] = {
      "verify(first, every, pending): each graph's first `first` calls and then one in `every` "
      "(every call while `pending`) are "
      "returned as SampledCall(result, served), for verify mode to compare with eager"},
+    {"verify_natively", (PyCFunction)(void (*)(void))gf_call_state_verify_natively, METH_FASTCALL,
+     "verify_natively(runner_id, forward, host, scratch) or (None): the fast entry runs the "
+     "sampled calls after the first `first` eagerly and queues their comparison itself, "
+     "handing up only what it cannot compare or a verdict that differed"},
     {"watch_fired", (PyCFunction)gf_call_state_watch_fired, METH_NOARGS,
      "watch_fired() -> bool: whether the next call would return CHANGED"},
     {"watch_changes", (PyCFunction)gf_call_state_watch_changes, METH_NOARGS,

@@ -37,6 +37,9 @@ extern "C" {
  *   verify_first, verify_every, verify_pending  set by CallState.verify (graphed._verify): the
  *              calls of each graph compared with eager, the first N and then one in K (0: none),
  *              and every call while a sampled call's comparison on the device is still to read.
+ *   verify_queue  set by CallState.verify_natively (graphed._verify): the sampled calls the fast
+ *              entry makes in C (the eager run, the batched comparison, the verdicts pending on
+ *              the device; pyext/gf_verify_sampled.h), or NULL.
  *   rebuild    callable(template, outputs), given to the constructor.
  *   last_key   bytes, the key of the latest fast-path call (NULL before one), reused by the next
  *              call whose walk gives the same bytes (gf_fastcall.c).
@@ -102,7 +105,16 @@ typedef struct gf_call_state {
   int run_error;      /* a gf_forward_error */
   int run_kept_state; /* 1: the run now in flight changed no state besides its inputs and outputs */
   PyObject *run_inventory; /* NULL, or (externals, names, staged) the capture now running read */
+  struct gf_verify_queue *verify_queue; /* sampled calls made in C (gf_verify_sampled.h), or NULL */
 } gf_call_state;
+
+/* 1 when call `served` of a graph (served > 0) is one verify mode compares with eager: within the
+ * first verify_first, or one in verify_every after them. */
+static inline int gf_call_state_due(const gf_call_state *state, unsigned long long served) {
+  const unsigned long long first = state->verify_first;
+  return served <= first ||
+         (state->verify_every != 0 && (served - first) % state->verify_every == 0);
+}
 
 /* The CallState type (gf_call_state.c). */
 extern PyTypeObject gf_call_state_type;

@@ -55,6 +55,7 @@
 #include "gf_sync_warning.h"
 #include "gf_tensor.h"
 #include "gf_verify_compare.h"
+#include "gf_verify_sampled.h"
 #include "gf_walker.h"
 #include "gf_walker_module.h"
 
@@ -153,9 +154,8 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, gf_call_i
  * `rebuilt`. */
 static PyObject *gf_sampled_if_due(const gf_call_state *state, unsigned long long served,
                                    PyObject *rebuilt) {
-  const unsigned long long first = state->verify_first;
-  if (served == 0 || (served > first && !state->verify_pending &&
-                      (state->verify_every == 0 || (served - first) % state->verify_every != 0))) {
+  if (served == 0 || (!state->verify_pending && !gf_verify_queue_pending(state->verify_queue) &&
+                      !gf_call_state_due(state, served))) {
     return rebuilt;
   }
   PyObject *sampled = PyStructSequence_New(gf_sampled_call_type);
@@ -168,6 +168,8 @@ static PyObject *gf_sampled_if_due(const gf_call_state *state, unsigned long lon
   }
   PyStructSequence_SetItem(sampled, 0, rebuilt);
   PyStructSequence_SetItem(sampled, 1, count);
+  PyStructSequence_SetItem(sampled, 2, Py_NewRef(Py_None));
+  PyStructSequence_SetItem(sampled, 3, Py_NewRef(Py_None));
   return sampled;
 }
 
@@ -316,6 +318,9 @@ static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t 
                                           args[7], pin, static_outputs);
   gf_walk_free(&nested);
   gf_frames_here = frame.outer;
+  if (rebuilt != NULL && state->verify_queue != NULL && Py_IS_TYPE(rebuilt, gf_sampled_call_type)) {
+    return gf_verify_sampled(state, args[1], rebuilt);
+  }
   return rebuilt;
 }
 
@@ -468,6 +473,10 @@ static struct PyModuleDef gf_fastcall_module = {
 static PyStructSequence_Field gf_sampled_call_fields[] = {
     {"result", "what the call returns"},
     {"served", "how many calls the graph that served it has served, this one included"},
+    {"expected",
+     "eager's result for the call when the entry ran it (gf_verify_sampled.h), or None"},
+    {"differed", "(served, replayed, expected) of a sampled call whose verdict said it differed, "
+                 "or None"},
     {NULL, NULL},
 };
 
@@ -476,7 +485,7 @@ static PyStructSequence_Desc gf_sampled_call_desc = {
     "A call verify mode compares with eager (graphed._verify): its result and the count of the "
     "graph's calls.",
     gf_sampled_call_fields,
-    2,
+    4,
 };
 
 PyMODINIT_FUNC PyInit__graphed_fastcall(void) {

@@ -11,6 +11,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
@@ -447,6 +449,34 @@ extern "C" gf_status gf_fastcall_torch_compare_later(int64_t runner_id, const gf
   } catch (...) {
     return graphed::status_of_current_exception(err, nullptr);
   }
+}
+
+extern "C" PyObject *gf_fastcall_torch_call_without_grad(PyObject *forward, PyObject *kwargs) {
+  try {
+    c10::AutoGradMode no_grad(false);
+    PyObject *no_args = PyTuple_New(0);
+    PyObject *result = no_args != nullptr ? PyObject_Call(forward, no_args, kwargs) : nullptr;
+    Py_XDECREF(no_args);
+    return result;
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "graphed: torch raised while setting grad mode");
+    return nullptr;
+  }
+}
+
+extern "C" int gf_fastcall_torch_synchronize(int device_type, int device_index) {
+  if (device_type != static_cast<int>(c10::DeviceType::CUDA)) {
+    return 0;
+  }
+  int status = 0;
+  PyThreadState *saved = PyEval_SaveThread();
+  try {
+    at::detail::getCUDAHooks().deviceSynchronize(static_cast<c10::DeviceIndex>(device_index));
+  } catch (...) {
+    status = -1;
+  }
+  PyEval_RestoreThread(saved);
+  return status;
 }
 
 extern "C" void gf_fastcall_torch_word_input_error(int64_t runner_id, PyObject *tensor,

@@ -115,6 +115,14 @@ gf_status gf_fastcall_torch_select_state(int64_t runner_id, uint64_t state, int 
 gf_status gf_fastcall_torch_compare_later(int64_t runner_id, const gf_copy *pairs, size_t count,
                                           uint8_t *verdict, uint32_t *scratch, gf_error *err);
 
+/* forward(**kwargs) with grad mode off (a new reference, or NULL with the exception set): verify
+ * mode's eager run of a sampled call (pyext/gf_verify_sampled.c). */
+PyObject *gf_fastcall_torch_call_without_grad(PyObject *forward, PyObject *kwargs);
+
+/* Waits, with the GIL released, for everything queued on a CUDA device (torch.cuda.synchronize);
+ * nothing for another device type. 0, or -1 when torch raised. */
+int gf_fastcall_torch_synchronize(int device_type, int device_index);
+
 /* The phase of the forward the runner of runner_call (a CallState's) is running: GF_PHASE_EAGER
  * outside one or when runner_call is NULL. */
 int gf_fastcall_torch_phase(const void *runner_call);

@@ -17,10 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-enum { GF_COMPARE_QUEUED = 0, GF_COMPARE_DIFFERS = 1, GF_COMPARE_ELSEWHERE = 2 };
-
-/* Describes `obj` (a plain tensor) into *out: 0, or -1 for anything else. */
-static int gf_compare_describe(PyObject *obj, gf_tensor *out) {
+int gf_compare_describe(PyObject *obj, gf_tensor *out) {
   const char *why = NULL;
   if (!gf_fastcall_torch_is_plain_tensor(obj) ||
       gf_fastcall_torch_describe(obj, out, &why) != GF_DESCRIBE_OK) {
@@ -29,12 +26,12 @@ static int gf_compare_describe(PyObject *obj, gf_tensor *out) {
   return 0;
 }
 
-/* Fills pairs[*count...] from the lists: GF_COMPARE_QUEUED when every pair can be compared by
- * bytes on one device (empty ones left out), GF_COMPARE_DIFFERS for a pair of other dtypes or
- * shapes, GF_COMPARE_ELSEWHERE for anything the bytes cannot tell (not a plain tensor, not
- * contiguous, another device than the first pair's or the scratch's). */
+/* Fills pairs[*count...] from the lists, adding one side's bytes to *nbytes: GF_COMPARE_QUEUED
+ * when every pair can be compared by bytes on one device (empty ones left out),
+ * GF_COMPARE_DIFFERS for a pair of other dtypes or shapes, GF_COMPARE_ELSEWHERE for anything the
+ * bytes cannot tell (not a plain tensor, not contiguous, another device than the scratch's). */
 static int gf_compare_pairs(PyObject *got, PyObject *want, const gf_tensor *scratch, gf_copy *pairs,
-                            size_t *count) {
+                            size_t *count, size_t *nbytes) {
   Py_ssize_t size = PyList_GET_SIZE(got);
   for (Py_ssize_t i = 0; i < size; ++i) {
     gf_tensor left, right;
@@ -53,9 +50,38 @@ static int gf_compare_pairs(PyObject *got, PyObject *want, const gf_tensor *scra
     if (bytes > 0) {
       pairs[*count] = (gf_copy){.dst = left.data, .src = right.data, .bytes = (size_t)bytes};
       ++*count;
+      *nbytes += (size_t)bytes;
     }
   }
   return GF_COMPARE_QUEUED;
+}
+
+int gf_verify_compare_queue(int64_t runner_id, PyObject *got, PyObject *want, uint8_t *verdict,
+                            uint32_t *scratch_words, const gf_tensor *scratch, size_t *nbytes) {
+  Py_ssize_t size = PyList_GET_SIZE(got);
+  gf_copy *pairs = malloc((size_t)(size > 0 ? size : 1) * sizeof *pairs);
+  if (pairs == NULL) {
+    PyErr_NoMemory();
+    return GF_COMPARE_ERROR;
+  }
+  size_t count = 0;
+  *nbytes = 0;
+  int outcome = gf_compare_pairs(got, want, scratch, pairs, &count, nbytes);
+  if (outcome == GF_COMPARE_QUEUED && count == 0) {
+    *verdict = 0; /* nothing to compare: the same */
+  } else if (outcome == GF_COMPARE_QUEUED) {
+    gf_error err = {0};
+    gf_status status =
+        gf_fastcall_torch_compare_later(runner_id, pairs, count, verdict, scratch_words, &err);
+    if (status == GF_ERR_NOT_FOUND) {
+      outcome = GF_COMPARE_ELSEWHERE;
+    } else if (status != GF_OK) {
+      gf_fastcall_torch_raise(status, &err);
+      outcome = GF_COMPARE_ERROR;
+    }
+  }
+  free(pairs);
+  return outcome;
 }
 
 /* compare_later(runner_id, got, want, verdict, scratch) -> True (queued: the device writes 0 or 1
@@ -78,31 +104,18 @@ static PyObject *gf_compare_later(PyObject *self, PyObject *const *args, Py_ssiz
   if (runner_id == -1 && PyErr_Occurred()) {
     return NULL;
   }
-  Py_ssize_t size = PyList_GET_SIZE(args[1]);
-  gf_copy *pairs = malloc((size_t)(size > 0 ? size : 1) * sizeof *pairs);
-  if (pairs == NULL) {
-    return PyErr_NoMemory();
-  }
-  size_t count = 0;
-  int outcome = gf_compare_pairs(args[1], args[2], &scratch, pairs, &count);
-  if (outcome == GF_COMPARE_QUEUED && count == 0) {
-    *(uint8_t *)verdict.data = 0; /* nothing to compare: the same */
-  } else if (outcome == GF_COMPARE_QUEUED) {
-    gf_error err = {0};
-    gf_status status =
-        gf_fastcall_torch_compare_later(runner_id, pairs, count, verdict.data, scratch.data, &err);
-    if (status == GF_ERR_NOT_FOUND) {
-      outcome = GF_COMPARE_ELSEWHERE;
-    } else if (status != GF_OK) {
-      free(pairs);
-      return gf_fastcall_torch_raise(status, &err);
-    }
-  }
-  free(pairs);
-  if (outcome == GF_COMPARE_ELSEWHERE) {
+  size_t nbytes = 0;
+  switch (gf_verify_compare_queue(runner_id, args[1], args[2], verdict.data, scratch.data, &scratch,
+                                  &nbytes)) {
+  case GF_COMPARE_QUEUED:
+    Py_RETURN_TRUE;
+  case GF_COMPARE_DIFFERS:
+    Py_RETURN_FALSE;
+  case GF_COMPARE_ELSEWHERE:
     Py_RETURN_NONE;
+  default:
+    return NULL;
   }
-  return PyBool_FromLong(outcome == GF_COMPARE_QUEUED);
 }
 
 static PyMethodDef gf_verify_compare_methods[] = {

@@ -158,14 +158,13 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self._forwards_here = ReentryDepth()
         # Disabled for good (_turn_off), settled once (_settle_disable), next call makes regions.
         self._disabled = self._disable_settled = self._split_due = False
-        verification = options.verification
-        # None: no call is compared with eager; else what compares those the entries sample.
-        self._verifier = None if verification is None else _verify.Verifier(verification)
-        if self._verifier is not None:
-            self._verifier.arm(self._call_state)
+        # What compares the calls the entries sample with eager (one that compares none without
+        # verify options).
+        self._verifier = _verify.Verifier.of(options.verification)
         self._registration = self._make_runner(options)
         self._registration.log.describe_churn = self._new_keys.describe
         self._id = self._registration.runner_id
+        self._verifier.arm(self)
         if self.group is not None:
             _groups.release_before_teardown()
         stats = self.stats()
@@ -400,6 +399,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             return
         self._disabled = True
         self._watch.stop()
+        self._verifier.stop()
         try:
             self._split_due = self.options.regions and _regions.splits_into_regions(self)
             if self._split_due:  # its warning says the disable's reason

@@ -16,20 +16,30 @@ reset, or not at all.
 graph is compared the same way, so that a change graphed cannot see is caught in serving, at the
 cost of one eager forward per sampled call. A sampled call on a CUDA device compares on the device
 and does not wait for it: every pair of output tensors is compared bitwise in one kernel launch
-(pyext/gf_verify_compare.c, the backend's compare_later), whose last block writes the verdict (one
-byte) into pinned host memory; the call returns the graph's result, and a later call reads the
-byte once the device wrote it (while any verdict is pending, the C entry hands every call here,
-about a microsecond each). A difference then disables the runner with the path and the largest
-difference, as above, and that call returns eager's result. Reading the result on the host at the
-sampled call itself (torch.equal) stalled the stream: 73 to 115 us a sampled call on the H200
-beside a 25 to 38 us eager forward; a comparison of torch operations queued from Python (a
-comparison, a reduction and a copy a pair) did not wait but cost about as much again. With
-verify_tolerance, or outputs the bytes cannot tell (not contiguous, on several devices), the
-comparison is those torch operations.
+(the backend's compare_later), whose last block writes the verdict (one byte) into pinned host
+memory; the call returns the graph's result, and a later call reads the byte once the device wrote
+it. A difference then disables the runner with the path and the largest difference, as above,
+and that call returns eager's result.
 
-Which calls are compared is decided in C, where the call's count is (the CallState's verify
-setting, pyext/gf_fastcall.c): such a call comes back as a SampledCall(result, served), and
-GraphedForward hands it to its `Verifier`; every other call costs the call path one type test.
+Who does what. Which calls are compared is decided in C, where the call's count is (the
+CallState's verify setting, pyext/gf_fastcall.c). Where the comparison is bitwise on a device that
+defers it, the fast entry makes the sampled calls after the first `verify` itself
+(pyext/gf_verify_sampled.c: the eager run with grad mode off, the launch, the queue of 32 pending
+verdicts and the reading of them at each later call), and hands a call up here, as a
+SampledCall(result, served, expected, differed), only for what it cannot do: the first `verify`
+calls (compared at once), outputs other than a tensor or a flat tuple, list or dict of them
+(`expected` then says eager's result, so the forward is not run twice), a verdict that differed
+(`differed`: the sampled call's number and both outputs, for the report), and the Python path's
+calls. Those are compared here: by the same launch (`_queue_batched`, with a queue of its own,
+which the C entry routes every call here for while it holds a verdict), or with verify_tolerance,
+or outputs the bytes cannot tell (not contiguous, on several devices), by torch operations.
+
+What it cost, a sampled call on an H100 host beyond its replay: 19 us with the queue kept here
+(the launch, a SampledCall handed up, the eager run's context and the bookkeeping), 9 us more than
+the eager forward; with the comparison in torch operations queued from here, 21 us for a pair's
+comparison and reduction alone and 93 to 205 us a sampled call in all; reading the result on the
+host at the sampled call itself (torch.equal) stalled the stream, 73 to 115 us on the H200 beside
+a 25 to 38 us eager forward. Every other call costs the call path one type test.
 """
 
 from __future__ import annotations
@@ -209,10 +219,39 @@ class Verifier:
         self._spare_slots: list[_VerdictSlot] = []
         self._routed = False  # what the C entry was last told: verdicts are pending
 
-    def arm(self, call_state: Any) -> None:
-        """Makes the runner's entries return the calls to compare as SampledCall."""
-        self._call_state = call_state
+    @staticmethod
+    def of(verification: Verification | None) -> Verifier | NoVerifier:
+        """The verifier of a runner's verify options (None: one that compares nothing)."""
+        return _NO_VERIFIER if verification is None else Verifier(verification)
+
+    def arm(self, runner: Any) -> None:
+        """Makes the runner's entries return the calls to compare as SampledCall, and where the
+        comparison is bitwise on a device that defers it, the fast entry make the sampled calls
+        after the first `calls` itself (pyext/gf_verify_sampled.c)."""
+        self._call_state = runner._call_state
         self._route(False)
+        device, verification = runner.device, self.verification
+        if (
+            device.type in DEFERRED_DEVICE_TYPES
+            and verification.every > 0
+            and verification.tolerance is None
+            and runner.options.capture_context is None
+        ):
+            on_cuda = device.type == "cuda"
+            try:
+                host = torch.full(
+                    (_PENDING_MOST,), _NOT_WRITTEN, dtype=torch.uint8, pin_memory=on_cuda
+                )
+                scratch = torch.zeros(2 * _PENDING_MOST, dtype=torch.int32, device=device)
+            except RuntimeError:  # no such device here: the runner has no graphs to sample
+                return
+            self._call_state.verify_natively(runner.runner_id, runner._forward_call, host, scratch)
+
+    def stop(self) -> None:
+        """The runner is disabled: no call is compared, the verdicts pending are dropped."""
+        self._call_state.verify_natively(None)
+        self._pending.clear()
+        self._pending_bytes = 0
 
     def _route(self, pending: bool) -> None:
         """Tells the C entry whether to hand every call here (a verdict to read) or only the
@@ -235,12 +274,18 @@ class Verifier:
             if self._routed != bool(self._pending):  # told once per change, not per call
                 self._route(not self._routed)
 
-    def _compared(self, runner: Any, kwargs: dict, result: Any, served: int) -> Any:
+    def _compared(
+        self, runner: Any, kwargs: dict, result: Any, served: int, expected: Any, differed: Any
+    ) -> Any:
+        if differed is not None:  # a verdict the fast entry read (pyext/gf_verify_sampled.c)
+            self._disable_for(runner, *differed)
+            return run_eagerly(runner, kwargs, VERIFY)
         if self._pending and self._read_verdicts(runner):
             return run_eagerly(runner, kwargs, VERIFY)
-        if not self._due(served):  # handed here only for the pending verdicts
-            return result
-        expected = run_eagerly(runner, kwargs, VERIFY)
+        if expected is None:  # else the fast entry ran it and handed the comparison here
+            if not self._due(served):  # handed here only for the pending verdicts
+                return result
+            expected = run_eagerly(runner, kwargs, VERIFY)
         verification = self.verification
         deferred = served > verification.calls
         if deferred and self._full() and self._wait_and_read(runner):  # an earlier one differed
@@ -337,14 +382,18 @@ class Verifier:
             self._pending_bytes -= verdict.nbytes
             self._spare_slots.append(verdict.slot)
             if written:
-                difference = self.verification.difference(verdict.replayed, verdict.expected)
-                if difference is None:  # the caller changed the returned tensors since
-                    difference = "on the device (the returned tensors have changed since)"
                 self._pending.clear()
                 self._pending_bytes = 0
-                self._disable(runner, verdict.served, difference)
+                self._disable_for(runner, verdict.served, verdict.replayed, verdict.expected)
                 return True
         return False
+
+    def _disable_for(self, runner: Any, served: int, replayed: Any, expected: Any) -> None:
+        """Disables for a sampled call whose verdict, read later, said it differed."""
+        difference = self.verification.difference(replayed, expected)
+        if difference is None:  # the caller changed the returned tensors since
+            difference = "on the device (the returned tensors have changed since)"
+        self._disable(runner, served, difference)
 
     def _disable(self, runner: Any, served: int, difference: str) -> None:
         verification = self.verification
@@ -364,6 +413,19 @@ class Verifier:
             )
         # Said once: the disable's own report (graphed._observe) names the reason.
         runner.disable(reason, "verify")
+
+
+class NoVerifier:
+    """The verifier of a runner without verify options: its entries sample no call."""
+
+    def arm(self, runner: Any) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+_NO_VERIFIER = NoVerifier()
 
 
 def _tensor_pairs(result: Any, expected: Any) -> tuple[list, list] | None:

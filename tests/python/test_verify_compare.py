@@ -68,15 +68,33 @@ def test_a_runner_without_a_comparing_backend_compares_another_way():
     assert host.item() == 2
 
 
-def test_a_stale_structured_output_is_told_at_the_next_call_by_its_path(
-    emulated_backend, monkeypatch
+class FlatOutputs(ReadsAHiddenTensor):
+    """A flat tuple of tensors: what the fast entry compares itself (pyext/gf_verify_sampled.c)."""
+
+    def forward(self, x):
+        y = self.linear(x)
+        return y * 2, y + self.holder.offset
+
+
+@pytest.mark.parametrize(
+    ("make", "stale_part", "path", "fast_entry"),
+    [
+        (FlatOutputs, lambda output: output[1], "output[1]", True),
+        (Outputs, lambda output: output["pair"][1], "output['pair'][1]", False),
+    ],
+    ids=["flat, the fast entry's queue", "nested, the Python layer's queue"],
+)
+def test_a_stale_output_is_told_at_the_next_call_by_its_path(
+    emulated_backend, monkeypatch, make, stale_part, path, fast_entry
 ):
     monkeypatch.setattr(_verify, "DEFERRED_DEVICE_TYPES", ("cuda", "cpu"))
-    module = Outputs()
-    gf = GraphedForward(module, device="cpu", backend=emulated_backend, verify_every=2)
+    module = make()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, verify_every=1)
     x = torch.ones(2, 4)
-    for _ in range(3):
-        assert gf(x)["scale"] == 2  # the graph's calls 1 (its capture) to 3: 2 sampled, equal
+    for _ in range(3):  # the graph's calls 1 (its capture) to 3, each sampled, equal
+        gf(x)
+        assert gf._call_state.verdicts_pending == (1 if fast_entry else 0)
+        assert len(gf._verifier._pending) == (0 if fast_entry else 1)
     assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
     module.holder.previous = module.holder.offset
     module.holder.offset = torch.ones(4)
@@ -85,11 +103,33 @@ def test_a_stale_structured_output_is_told_at_the_next_call_by_its_path(
     with torch.no_grad():
         expected = module(x)
     got = gf(x)
-    torch.testing.assert_close(got["pair"][1], expected["pair"][1], rtol=0, atol=0)
+    torch.testing.assert_close(stale_part(got), stale_part(expected), rtol=0, atol=0)
     reason = gf.stats()["disabled_reason"]
-    assert "call 4 of a graph (one in 2 sampled) differed from eager at output['pair'][1]" in (
-        reason
-    ), reason
+    assert f"call 4 of a graph (one in 1 sampled) differed from eager at {path}" in reason, reason
+    assert gf._call_state.verdicts_pending == 0, "a disabled runner holds no outputs"
+
+
+def test_disabling_drops_the_pending_verdicts_and_their_outputs(emulated_backend, monkeypatch):
+    monkeypatch.setattr(_verify, "DEFERRED_DEVICE_TYPES", ("cuda", "cpu"))
+    gf = GraphedForward(FlatOutputs(), device="cpu", backend=emulated_backend, verify_every=1)
+    gf(torch.ones(2, 4))
+    assert gf._call_state.verdicts_pending == 1
+    gf.disable("done")
+    assert gf._call_state.verdicts_pending == 0
+
+
+def test_verify_natively_refuses_what_it_cannot_use():
+    state = _fastcall.CallState(lambda template, outputs: None)
+    host = torch.zeros(4, dtype=torch.uint8)
+    with pytest.raises(TypeError, match="verify_natively"):
+        state.verify_natively(1, print, host, torch.zeros(3, dtype=torch.int32))  # 2 a slot
+    with pytest.raises(TypeError, match="verify_natively"):
+        state.verify_natively(1, "not callable", host, torch.zeros(8, dtype=torch.int32))
+    with pytest.raises(TypeError, match="verify_natively"):
+        state.verify_natively(1)
+    state.verify_natively(1, print, host, torch.zeros(8, dtype=torch.int32))
+    state.verify_natively(None)
+    assert state.verdicts_pending == 0
 
 
 def test_output_pairs_are_the_tensors_in_order_or_none_where_the_rest_differs():
@@ -135,6 +175,26 @@ def test_the_kernel_finds_one_differing_byte_anywhere(pairs):
     assert _fastcall.compare_later(gf.runner_id, [base[1:]], [other[1:]], host, scratch)
     torch.cuda.synchronize()
     assert host.item() == 1
+
+
+@on_gpu
+def test_sampling_faster_than_the_device_answers_waits_and_stays_faithful():
+    """verify_every=1 on a forward the device takes longer for than the host: the fast entry's
+    queue fills (32 verdicts), waits for the device, and every call still returns eager's
+    values."""
+    module = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)]).cuda()
+    gf = GraphedForward(module, device="cuda", verify_every=1)
+    x = torch.randn(512, 1024, device="cuda")
+    most = 0
+    for step in range(120):
+        got = gf(x + step)
+        most = max(most, gf._call_state.verdicts_pending)
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        torch.testing.assert_close(got, module(x + 119), rtol=0, atol=0)
+    gf(x)
+    assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
+    assert 1 <= most <= 32, most
 
 
 @on_gpu

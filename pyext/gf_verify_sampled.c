@@ -1,0 +1,312 @@
+/* Verify mode's sampled call in C: for a call sampled after the first `verify` ones, the entry runs
+ * the forward eagerly, queues the bitwise comparison of every output pair in one launch
+ * (gf_verify_compare.c), keeps the outputs with the verdict's slot until the device has written
+ * it, and returns the graph's result; each later call reads the verdicts written since. Only a
+ * verdict that differed, an output structure other than a tensor or a flat tuple, list or dict of
+ * them, or a pair the bytes cannot tell goes to the Python layer (graphed._verify), which says
+ * the difference and disables. Made in Python, the same steps (a SampledCall handed up, the eager
+ * run's context, the queue's bookkeeping, the slot and the verdict's record) cost a sampled call
+ * on an H100 host 19 us on top of the replay, 9 us more than the eager forward against a bound of
+ * 5 (bench/targets.py). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "gf_call_state.h"
+#include "gf_fastcall_torch.h"
+#include "gf_tensor.h"
+#include "gf_verify_compare.h"
+#include "gf_verify_sampled.h"
+
+#include <stdlib.h>
+
+enum { GF_VERIFY_SLOTS_MOST = 32, GF_VERDICT_NOT_WRITTEN = 2 };
+/* Outputs pending verdicts may hold at once (both sides' bytes); one more waits for the device. */
+static const size_t gf_verify_bytes_most = (size_t)256 << 20;
+
+typedef struct gf_pending_verdict {
+  int slot;
+  unsigned long long served;
+  PyObject *replayed;
+  PyObject *expected;
+  size_t nbytes;
+} gf_pending_verdict;
+
+struct gf_verify_queue {
+  int64_t runner_id;
+  PyObject *forward;
+  PyObject *host;    /* pinned uint8, a verdict byte a slot */
+  PyObject *scratch; /* int32 on the device, two words a slot */
+  volatile uint8_t *bytes;
+  uint32_t *words;
+  gf_tensor scratch_desc;
+  int slots;
+  gf_pending_verdict pending[GF_VERIFY_SLOTS_MOST]; /* a ring, oldest at head */
+  int head;
+  int count;
+  size_t pending_bytes;
+  int free_slots[GF_VERIFY_SLOTS_MOST];
+  int free_count;
+};
+
+gf_verify_queue *gf_verify_queue_arm(int64_t runner_id, PyObject *forward, PyObject *host,
+                                     PyObject *scratch) {
+  gf_tensor host_desc;
+  gf_tensor scratch_desc;
+  if (!PyCallable_Check(forward) || gf_compare_describe(host, &host_desc) != 0 ||
+      gf_compare_describe(scratch, &scratch_desc) != 0 || host_desc.itemsize != 1 ||
+      !gf_tensor_is_contiguous(&host_desc) || scratch_desc.itemsize != 4 ||
+      !gf_tensor_is_contiguous(&scratch_desc) || gf_tensor_numel(&host_desc) < 1 ||
+      gf_tensor_numel(&scratch_desc) < 2 * gf_tensor_numel(&host_desc)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "CallState.verify_natively(runner_id, forward: callable, host: uint8 "
+                    "tensor of N bytes, scratch: int32 tensor of 2N zeros)");
+    return NULL;
+  }
+  gf_verify_queue *queue = calloc(1, sizeof *queue);
+  if (queue == NULL) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  queue->runner_id = runner_id;
+  queue->forward = Py_NewRef(forward);
+  queue->host = Py_NewRef(host);
+  queue->scratch = Py_NewRef(scratch);
+  queue->bytes = host_desc.data;
+  queue->words = scratch_desc.data;
+  queue->scratch_desc = scratch_desc;
+  queue->scratch_desc.handle = NULL; /* borrowed while `scratch` lives */
+  int64_t slots = gf_tensor_numel(&host_desc);
+  queue->slots = slots < GF_VERIFY_SLOTS_MOST ? (int)slots : GF_VERIFY_SLOTS_MOST;
+  for (int slot = queue->slots - 1; slot >= 0; --slot) {
+    queue->free_slots[queue->free_count++] = slot;
+  }
+  return queue;
+}
+
+/* Drops the oldest pending verdict, its slot free again. */
+static void gf_verify_queue_pop(gf_verify_queue *queue) {
+  gf_pending_verdict *oldest = &queue->pending[queue->head];
+  queue->free_slots[queue->free_count++] = oldest->slot;
+  queue->pending_bytes -= oldest->nbytes;
+  Py_CLEAR(oldest->replayed);
+  Py_CLEAR(oldest->expected);
+  queue->head = (queue->head + 1) % GF_VERIFY_SLOTS_MOST;
+  queue->count--;
+}
+
+static void gf_verify_queue_clear(gf_verify_queue *queue) {
+  while (queue->count > 0) {
+    gf_verify_queue_pop(queue);
+  }
+}
+
+void gf_verify_queue_free(gf_verify_queue *queue) {
+  if (queue == NULL) {
+    return;
+  }
+  gf_verify_queue_clear(queue);
+  Py_CLEAR(queue->forward);
+  Py_CLEAR(queue->host);
+  Py_CLEAR(queue->scratch);
+  free(queue);
+}
+
+int gf_verify_queue_traverse(gf_verify_queue *queue, visitproc visit, void *arg) {
+  if (queue == NULL) {
+    return 0;
+  }
+  Py_VISIT(queue->forward);
+  for (int i = 0; i < queue->count; ++i) {
+    const gf_pending_verdict *pending = &queue->pending[(queue->head + i) % GF_VERIFY_SLOTS_MOST];
+    Py_VISIT(pending->replayed);
+    Py_VISIT(pending->expected);
+  }
+  return 0;
+}
+
+int gf_verify_queue_pending(const gf_verify_queue *queue) {
+  return queue != NULL ? queue->count : 0;
+}
+
+/* Reads the verdicts the device has written, oldest first: NULL when none differed, else a new
+ * (served, replayed, expected) of the one that did, the queue then emptied (the runner is about to
+ * be disabled). */
+static PyObject *gf_verify_queue_read(gf_verify_queue *queue) {
+  while (queue->count > 0) {
+    gf_pending_verdict *oldest = &queue->pending[queue->head];
+    const uint8_t verdict = queue->bytes[oldest->slot];
+    if (verdict == GF_VERDICT_NOT_WRITTEN) {
+      return NULL;
+    }
+    if (verdict != 0) {
+      PyObject *differed =
+          Py_BuildValue("(KOO)", oldest->served, oldest->replayed, oldest->expected);
+      gf_verify_queue_clear(queue);
+      if (differed == NULL) {
+        PyErr_Clear(); /* out of memory: said without its details */
+        return Py_BuildValue("(KOO)", 0ull, Py_None, Py_None);
+      }
+      return differed;
+    }
+    gf_verify_queue_pop(queue);
+  }
+  return NULL;
+}
+
+/* Sampled faster than the device answers: waits for the device to finish what was queued (the
+ * oldest verdict with it). A verdict still not written then (its work failed on the device) is
+ * dropped. */
+static void gf_verify_queue_wait(gf_verify_queue *queue) {
+  if (queue->count == 0 ||
+      queue->bytes[queue->pending[queue->head].slot] != GF_VERDICT_NOT_WRITTEN) {
+    return;
+  }
+  gf_fastcall_torch_synchronize(queue->scratch_desc.device_type, queue->scratch_desc.device_index);
+  if (queue->bytes[queue->pending[queue->head].slot] == GF_VERDICT_NOT_WRITTEN) {
+    gf_verify_queue_pop(queue);
+  }
+}
+
+/* Appends `item` to `list`: 0, 1 when it is not a plain tensor, -1 on error. */
+static int gf_verify_append_tensors(PyObject *list, PyObject *item) {
+  if (!gf_fastcall_torch_is_plain_tensor(item)) {
+    return 1;
+  }
+  return PyList_Append(list, item);
+}
+
+/* The output tensors of both sides, in order, for a tensor, a tuple or list of tensors, or a dict
+ * of tensors under the same keys in the same order (exact types): 0 with two new lists, 1 for
+ * any other structure or one that differs (the Python layer compares), -1 on error. */
+static int gf_verify_output_lists(PyObject *result, PyObject *expected, PyObject **got,
+                                  PyObject **want) {
+  *got = PyList_New(0);
+  *want = PyList_New(0);
+  if (*got == NULL || *want == NULL) {
+    return -1;
+  }
+  if (Py_TYPE(result) != Py_TYPE(expected)) {
+    return 1;
+  }
+  if (gf_fastcall_torch_is_plain_tensor(result)) {
+    return PyList_Append(*got, result) != 0 || PyList_Append(*want, expected) != 0 ? -1 : 0;
+  }
+  int outcome = 1;
+  if (PyTuple_CheckExact(result) || PyList_CheckExact(result)) {
+    Py_ssize_t size = PySequence_Fast_GET_SIZE(result);
+    if (size != PySequence_Fast_GET_SIZE(expected)) {
+      return 1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(result);
+    PyObject **eager_items = PySequence_Fast_ITEMS(expected);
+    outcome = 0;
+    for (Py_ssize_t i = 0; i < size && outcome == 0; ++i) {
+      outcome = gf_verify_append_tensors(*got, items[i]);
+      outcome = outcome != 0 ? outcome : gf_verify_append_tensors(*want, eager_items[i]);
+    }
+  } else if (PyDict_CheckExact(result) && PyDict_GET_SIZE(result) == PyDict_GET_SIZE(expected)) {
+    Py_ssize_t at = 0;
+    Py_ssize_t eager_at = 0;
+    PyObject *key, *value, *eager_key, *eager_value;
+    outcome = 0;
+    while (outcome == 0 && PyDict_Next(result, &at, &key, &value) &&
+           PyDict_Next(expected, &eager_at, &eager_key, &eager_value)) {
+      int same = PyObject_RichCompareBool(key, eager_key, Py_EQ);
+      outcome = same < 0 ? -1 : (same == 0 ? 1 : gf_verify_append_tensors(*got, value));
+      outcome = outcome != 0 ? outcome : gf_verify_append_tensors(*want, eager_value);
+    }
+  }
+  return outcome;
+}
+
+/* Queues the comparison of a sampled call's outputs: 1 queued (the queue holds both sides), 0
+ * for the Python layer to compare, -1 on error. */
+static int gf_verify_queue_comparison(gf_verify_queue *queue, unsigned long long served,
+                                      PyObject *result, PyObject *expected) {
+  PyObject *got = NULL;
+  PyObject *want = NULL;
+  int outcome = gf_verify_output_lists(result, expected, &got, &want);
+  if (outcome != 0 || queue->free_count == 0) {
+    Py_XDECREF(got);
+    Py_XDECREF(want);
+    return outcome < 0 ? -1 : 0;
+  }
+  const int slot = queue->free_slots[--queue->free_count];
+  queue->bytes[slot] = GF_VERDICT_NOT_WRITTEN;
+  size_t nbytes = 0;
+  int queued = gf_verify_compare_queue(queue->runner_id, got, want, (uint8_t *)&queue->bytes[slot],
+                                       &queue->words[2 * slot], &queue->scratch_desc, &nbytes);
+  Py_DECREF(got);
+  Py_DECREF(want);
+  if (queued == GF_COMPARE_ERROR) {
+    /* The launch failed: the slot's scratch may hold a count, so it is not used again; the
+     * Python layer compares with torch operations. */
+    PyErr_Clear();
+    return 0;
+  }
+  if (queued != GF_COMPARE_QUEUED) {
+    queue->free_slots[queue->free_count++] = slot;
+    return 0;
+  }
+  gf_pending_verdict *pending =
+      &queue->pending[(queue->head + queue->count) % GF_VERIFY_SLOTS_MOST];
+  *pending = (gf_pending_verdict){slot, served, Py_NewRef(result), Py_NewRef(expected), 2 * nbytes};
+  queue->count++;
+  queue->pending_bytes += pending->nbytes;
+  return 1;
+}
+
+/* Sets item `at` of the SampledCall (stealing `value`) and returns it. */
+static PyObject *gf_verify_hand_up(PyObject *sampled, Py_ssize_t at, PyObject *value) {
+  Py_XDECREF(PyStructSequence_GET_ITEM(sampled, at));
+  PyStructSequence_SET_ITEM(sampled, at, value);
+  return sampled;
+}
+
+PyObject *gf_verify_sampled(gf_call_state *state, PyObject *kwargs, PyObject *sampled) {
+  gf_verify_queue *queue = state->verify_queue;
+  PyObject *differed = gf_verify_queue_read(queue);
+  if (differed != NULL) {
+    return gf_verify_hand_up(sampled, 3, differed);
+  }
+  if (state->verify_pending) {
+    return sampled; /* the Python layer's own verdicts to read (its comparisons) */
+  }
+  PyObject *result = PyStructSequence_GET_ITEM(sampled, 0);
+  const unsigned long long served =
+      PyLong_AsUnsignedLongLong(PyStructSequence_GET_ITEM(sampled, 1));
+  if (!gf_call_state_due(state, served)) {
+    Py_INCREF(result);
+    Py_DECREF(sampled);
+    return result;
+  }
+  if (served <= state->verify_first || !PyDict_CheckExact(kwargs)) {
+    return sampled; /* compared at once by the Python layer */
+  }
+  if (queue->count == GF_VERIFY_SLOTS_MOST || queue->pending_bytes > gf_verify_bytes_most) {
+    gf_verify_queue_wait(queue);
+    differed = gf_verify_queue_read(queue);
+    if (differed != NULL) {
+      return gf_verify_hand_up(sampled, 3, differed);
+    }
+  }
+  PyObject *expected = gf_fastcall_torch_call_without_grad(queue->forward, kwargs);
+  if (expected == NULL) {
+    Py_DECREF(sampled);
+    return NULL;
+  }
+  int queued = gf_verify_queue_comparison(queue, served, result, expected);
+  if (queued < 0) {
+    Py_DECREF(expected);
+    Py_DECREF(sampled);
+    return NULL;
+  }
+  if (queued == 0) {
+    return gf_verify_hand_up(sampled, 2, expected);
+  }
+  Py_DECREF(expected);
+  Py_INCREF(result);
+  Py_DECREF(sampled);
+  return result;
+}
