@@ -30,13 +30,12 @@ int gf_compare_describe(PyObject *obj, gf_tensor *out) {
  * when every pair can be compared by bytes on one device (empty ones left out),
  * GF_COMPARE_DIFFERS for a pair of other dtypes or shapes, GF_COMPARE_ELSEWHERE for anything the
  * bytes cannot tell (not a plain tensor, not contiguous, another device than the scratch's). */
-static int gf_compare_pairs(PyObject *got, PyObject *want, const gf_tensor *scratch, gf_copy *pairs,
-                            size_t *count, size_t *nbytes) {
-  Py_ssize_t size = PyList_GET_SIZE(got);
+static int gf_compare_pairs(PyObject *const *got, PyObject *const *want, Py_ssize_t size,
+                            const gf_tensor *scratch, gf_copy *pairs, size_t *count,
+                            size_t *nbytes) {
   for (Py_ssize_t i = 0; i < size; ++i) {
     gf_tensor left, right;
-    if (gf_compare_describe(PyList_GET_ITEM(got, i), &left) != 0 ||
-        gf_compare_describe(PyList_GET_ITEM(want, i), &right) != 0) {
+    if (gf_compare_describe(got[i], &left) != 0 || gf_compare_describe(want[i], &right) != 0) {
       return GF_COMPARE_ELSEWHERE;
     }
     if (!gf_tensor_same_shape(&left, &right)) {
@@ -56,17 +55,18 @@ static int gf_compare_pairs(PyObject *got, PyObject *want, const gf_tensor *scra
   return GF_COMPARE_QUEUED;
 }
 
-int gf_verify_compare_queue(int64_t runner_id, PyObject *got, PyObject *want, uint8_t *verdict,
-                            uint32_t *scratch_words, const gf_tensor *scratch, size_t *nbytes) {
-  Py_ssize_t size = PyList_GET_SIZE(got);
-  gf_copy *pairs = malloc((size_t)(size > 0 ? size : 1) * sizeof *pairs);
+int gf_verify_compare_queue(int64_t runner_id, PyObject *const *got, PyObject *const *want,
+                            Py_ssize_t size, uint8_t *verdict, uint32_t *scratch_words,
+                            const gf_tensor *scratch, size_t *nbytes) {
+  gf_copy few[8]; /* a sampled call's outputs are usually a handful: no allocation */
+  gf_copy *pairs = size <= 8 ? few : malloc((size_t)size * sizeof *pairs);
   if (pairs == NULL) {
     PyErr_NoMemory();
     return GF_COMPARE_ERROR;
   }
   size_t count = 0;
   *nbytes = 0;
-  int outcome = gf_compare_pairs(got, want, scratch, pairs, &count, nbytes);
+  int outcome = gf_compare_pairs(got, want, size, scratch, pairs, &count, nbytes);
   if (outcome == GF_COMPARE_QUEUED && count == 0) {
     *verdict = 0; /* nothing to compare: the same */
   } else if (outcome == GF_COMPARE_QUEUED) {
@@ -80,7 +80,9 @@ int gf_verify_compare_queue(int64_t runner_id, PyObject *got, PyObject *want, ui
       outcome = GF_COMPARE_ERROR;
     }
   }
-  free(pairs);
+  if (pairs != few) {
+    free(pairs);
+  }
   return outcome;
 }
 
@@ -105,8 +107,9 @@ static PyObject *gf_compare_later(PyObject *self, PyObject *const *args, Py_ssiz
     return NULL;
   }
   size_t nbytes = 0;
-  switch (gf_verify_compare_queue(runner_id, args[1], args[2], verdict.data, scratch.data, &scratch,
-                                  &nbytes)) {
+  switch (gf_verify_compare_queue(runner_id, PySequence_Fast_ITEMS(args[1]),
+                                  PySequence_Fast_ITEMS(args[2]), PyList_GET_SIZE(args[1]),
+                                  verdict.data, scratch.data, &scratch, &nbytes)) {
   case GF_COMPARE_QUEUED:
     Py_RETURN_TRUE;
   case GF_COMPARE_DIFFERS:

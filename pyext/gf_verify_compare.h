@@ -20,13 +20,13 @@ enum {
 /* Describes `obj` (a plain tensor) into *out: 0, or -1 for anything else. */
 int gf_compare_describe(PyObject *obj, gf_tensor *out);
 
-/* Queues on runner `runner_id`'s device the comparison of got[i] with want[i] (two lists of
- * tensors of one length) by bytes: the device then writes 0 or 1 into `verdict` (a pinned host
- * byte), counting in `scratch_words` (two zeroed 32-bit words of `scratch`'s device); every pair
- * must lie, contiguous, on that device, else GF_COMPARE_ELSEWHERE. *nbytes: the bytes of one
- * side. */
-int gf_verify_compare_queue(int64_t runner_id, PyObject *got, PyObject *want, uint8_t *verdict,
-                            uint32_t *scratch_words, const gf_tensor *scratch, size_t *nbytes);
+/* Queues on runner `runner_id`'s device the comparison of got[i] with want[i] (`size` tensors
+ * each) by bytes: the device then writes 0 or 1 into `verdict` (a pinned host byte), counting in
+ * `scratch_words` (two zeroed 32-bit words of `scratch`'s device); every pair must lie,
+ * contiguous, on that device, else GF_COMPARE_ELSEWHERE. *nbytes: the bytes of one side. */
+int gf_verify_compare_queue(int64_t runner_id, PyObject *const *got, PyObject *const *want,
+                            Py_ssize_t size, uint8_t *verdict, uint32_t *scratch_words,
+                            const gf_tensor *scratch, size_t *nbytes);
 
 /* Adds compare_later to the module: 0, or -1 with an exception set. */
 int gf_verify_compare_init(PyObject *module);

@@ -168,77 +168,93 @@ static void gf_verify_queue_wait(gf_verify_queue *queue) {
   }
 }
 
-/* Appends `item` to `list`: 0, 1 when it is not a plain tensor, -1 on error. */
-static int gf_verify_append_tensors(PyObject *list, PyObject *item) {
-  if (!gf_fastcall_torch_is_plain_tensor(item)) {
-    return 1;
-  }
-  return PyList_Append(list, item);
-}
-
 /* The output tensors of both sides, in order, for a tensor, a tuple or list of tensors, or a dict
- * of tensors under the same keys in the same order (exact types): 0 with two new lists, 1 for
+ * of tensors under the same keys in the same order (exact types): 0 with *got and *want the
+ * tensors (borrowed: `result`'s and `expected`'s, or the items of `pair`, which holds them), 1 for
  * any other structure or one that differs (the Python layer compares), -1 on error. */
-static int gf_verify_output_lists(PyObject *result, PyObject *expected, PyObject **got,
-                                  PyObject **want) {
-  *got = PyList_New(0);
-  *want = PyList_New(0);
-  if (*got == NULL || *want == NULL) {
-    return -1;
-  }
+static int gf_verify_output_tensors(PyObject *result, PyObject *expected, PyObject *pair[2],
+                                    PyObject *const **got, PyObject *const **want,
+                                    Py_ssize_t *size) {
   if (Py_TYPE(result) != Py_TYPE(expected)) {
     return 1;
   }
   if (gf_fastcall_torch_is_plain_tensor(result)) {
-    return PyList_Append(*got, result) != 0 || PyList_Append(*want, expected) != 0 ? -1 : 0;
+    pair[0] = result;
+    pair[1] = expected;
+    *got = &pair[0];
+    *want = &pair[1];
+    *size = 1;
+    return 0;
   }
-  int outcome = 1;
-  if (PyTuple_CheckExact(result) || PyList_CheckExact(result)) {
-    Py_ssize_t size = PySequence_Fast_GET_SIZE(result);
-    if (size != PySequence_Fast_GET_SIZE(expected)) {
-      return 1;
-    }
-    PyObject **items = PySequence_Fast_ITEMS(result);
-    PyObject **eager_items = PySequence_Fast_ITEMS(expected);
-    outcome = 0;
-    for (Py_ssize_t i = 0; i < size && outcome == 0; ++i) {
-      outcome = gf_verify_append_tensors(*got, items[i]);
-      outcome = outcome != 0 ? outcome : gf_verify_append_tensors(*want, eager_items[i]);
-    }
-  } else if (PyDict_CheckExact(result) && PyDict_GET_SIZE(result) == PyDict_GET_SIZE(expected)) {
+  PyObject *values[2] = {result, expected};
+  if (PyDict_CheckExact(result)) {
     Py_ssize_t at = 0;
     Py_ssize_t eager_at = 0;
     PyObject *key, *value, *eager_key, *eager_value;
-    outcome = 0;
-    while (outcome == 0 && PyDict_Next(result, &at, &key, &value) &&
+    if (PyDict_GET_SIZE(result) != PyDict_GET_SIZE(expected)) {
+      return 1;
+    }
+    while (PyDict_Next(result, &at, &key, &value) &&
            PyDict_Next(expected, &eager_at, &eager_key, &eager_value)) {
       int same = PyObject_RichCompareBool(key, eager_key, Py_EQ);
-      outcome = same < 0 ? -1 : (same == 0 ? 1 : gf_verify_append_tensors(*got, value));
-      outcome = outcome != 0 ? outcome : gf_verify_append_tensors(*want, eager_value);
+      if (same <= 0) {
+        return same < 0 ? -1 : 1;
+      }
+    }
+    for (int side = 0; side < 2; ++side) {
+      pair[side] = PyDict_Values(values[side]);
+      if (pair[side] == NULL) {
+        return -1;
+      }
+    }
+  } else if (PyTuple_CheckExact(result) || PyList_CheckExact(result)) {
+    pair[0] = Py_NewRef(result);
+    pair[1] = Py_NewRef(expected);
+  } else {
+    return 1;
+  }
+  *size = PySequence_Fast_GET_SIZE(pair[0]);
+  if (*size != PySequence_Fast_GET_SIZE(pair[1])) {
+    return 1;
+  }
+  *got = PySequence_Fast_ITEMS(pair[0]);
+  *want = PySequence_Fast_ITEMS(pair[1]);
+  for (Py_ssize_t i = 0; i < *size; ++i) {
+    if (!gf_fastcall_torch_is_plain_tensor((*got)[i]) ||
+        !gf_fastcall_torch_is_plain_tensor((*want)[i])) {
+      return 1;
     }
   }
-  return outcome;
+  return 0;
 }
 
 /* Queues the comparison of a sampled call's outputs: 1 queued (the queue holds both sides), 0
  * for the Python layer to compare, -1 on error. */
 static int gf_verify_queue_comparison(gf_verify_queue *queue, unsigned long long served,
                                       PyObject *result, PyObject *expected) {
-  PyObject *got = NULL;
-  PyObject *want = NULL;
-  int outcome = gf_verify_output_lists(result, expected, &got, &want);
+  PyObject *pair[2] = {NULL, NULL};
+  PyObject *const *got = NULL;
+  PyObject *const *want = NULL;
+  Py_ssize_t size = 0;
+  int outcome = gf_verify_output_tensors(result, expected, pair, &got, &want, &size);
+  const int owned = pair[0] != result; /* a tensor's pair borrows; the others hold references */
   if (outcome != 0 || queue->free_count == 0) {
-    Py_XDECREF(got);
-    Py_XDECREF(want);
+    if (owned) {
+      Py_XDECREF(pair[0]);
+      Py_XDECREF(pair[1]);
+    }
     return outcome < 0 ? -1 : 0;
   }
   const int slot = queue->free_slots[--queue->free_count];
   queue->bytes[slot] = GF_VERDICT_NOT_WRITTEN;
   size_t nbytes = 0;
-  int queued = gf_verify_compare_queue(queue->runner_id, got, want, (uint8_t *)&queue->bytes[slot],
-                                       &queue->words[2 * slot], &queue->scratch_desc, &nbytes);
-  Py_DECREF(got);
-  Py_DECREF(want);
+  int queued =
+      gf_verify_compare_queue(queue->runner_id, got, want, size, (uint8_t *)&queue->bytes[slot],
+                              &queue->words[2 * slot], &queue->scratch_desc, &nbytes);
+  if (owned) {
+    Py_DECREF(pair[0]);
+    Py_DECREF(pair[1]);
+  }
   if (queued == GF_COMPARE_ERROR) {
     /* The launch failed: the slot's scratch may hold a count, so it is not used again; the
      * Python layer compares with torch operations. */
