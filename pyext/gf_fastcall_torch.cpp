@@ -451,13 +451,37 @@ extern "C" gf_status gf_fastcall_torch_compare_later(int64_t runner_id, const gf
   }
 }
 
+extern "C" int gf_fastcall_torch_byte_pair(PyObject *left_object, PyObject *right_object,
+                                           gf_copy *pair, int *device_type, int *device_index) {
+  try {
+    const at::Tensor &left = THPVariable_Unpack(left_object);
+    const at::Tensor &right = THPVariable_Unpack(right_object);
+    if (left.scalar_type() != right.scalar_type() || left.device() != right.device() ||
+        left.sizes() != right.sizes()) {
+      return GF_BYTE_PAIR_DIFFERS;
+    }
+    for (const at::Tensor *side : {&left, &right}) {
+      // Bytes that are not the values as they read (a lazy conjugate or negation), or no bytes
+      // of its own to read (another layout, a meta tensor, a wrapper without storage).
+      if (side->layout() != c10::kStrided || side->is_conj() || side->is_neg() || side->is_meta() ||
+          side->is_quantized() || !side->has_storage() || !side->is_contiguous()) {
+        return GF_BYTE_PAIR_ELSEWHERE;
+      }
+    }
+    *pair = gf_copy{left.data_ptr(), right.data_ptr(), left.nbytes()};
+    *device_type = static_cast<int>(left.device().type());
+    *device_index = left.device().index();
+    return GF_BYTE_PAIR_SAME_SHAPE;
+  } catch (...) {
+    return GF_BYTE_PAIR_ELSEWHERE;
+  }
+}
+
 extern "C" PyObject *gf_fastcall_torch_call_without_grad(PyObject *forward, PyObject *kwargs) {
+  static PyObject *const no_args = PyTuple_New(0); // the empty tuple, immortal
   try {
     c10::AutoGradMode no_grad(false);
-    PyObject *no_args = PyTuple_New(0);
-    PyObject *result = no_args != nullptr ? PyObject_Call(forward, no_args, kwargs) : nullptr;
-    Py_XDECREF(no_args);
-    return result;
+    return no_args != nullptr ? PyObject_Call(forward, no_args, kwargs) : nullptr;
   } catch (...) {
     PyErr_SetString(PyExc_RuntimeError, "graphed: torch raised while setting grad mode");
     return nullptr;

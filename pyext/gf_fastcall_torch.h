@@ -115,6 +115,19 @@ gf_status gf_fastcall_torch_select_state(int64_t runner_id, uint64_t state, int 
 gf_status gf_fastcall_torch_compare_later(int64_t runner_id, const gf_copy *pairs, size_t count,
                                           uint8_t *verdict, uint32_t *scratch, gf_error *err);
 
+enum {
+  GF_BYTE_PAIR_SAME_SHAPE = 0, /* *pair: both tensors' bytes, comparable as they lie */
+  GF_BYTE_PAIR_DIFFERS = 1,    /* another dtype, device or shape */
+  GF_BYTE_PAIR_ELSEWHERE = 2,  /* bytes that cannot tell: compare their values another way */
+};
+
+/* Verify mode's look at a pair of output tensors (plain tensors: gf_fastcall_torch_is_plain_tensor)
+ * before their bytes are compared: the pair's addresses and byte count (left as dst, right as
+ * src) and their device, where both are contiguous strided tensors of one dtype, device and shape
+ * whose bytes are their values. Never lets a C++ exception out. */
+int gf_fastcall_torch_byte_pair(PyObject *left, PyObject *right, gf_copy *pair, int *device_type,
+                                int *device_index);
+
 /* forward(**kwargs) with grad mode off (a new reference, or NULL with the exception set): verify
  * mode's eager run of a sampled call (pyext/gf_verify_sampled.c). */
 PyObject *gf_fastcall_torch_call_without_grad(PyObject *forward, PyObject *kwargs);

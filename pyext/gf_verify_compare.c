@@ -34,22 +34,26 @@ static int gf_compare_pairs(PyObject *const *got, PyObject *const *want, Py_ssiz
                             const gf_tensor *scratch, gf_copy *pairs, size_t *count,
                             size_t *nbytes) {
   for (Py_ssize_t i = 0; i < size; ++i) {
-    gf_tensor left, right;
-    if (gf_compare_describe(got[i], &left) != 0 || gf_compare_describe(want[i], &right) != 0) {
+    gf_copy pair;
+    int device_type = 0;
+    int device_index = 0;
+    if (!gf_fastcall_torch_is_plain_tensor(got[i]) || !gf_fastcall_torch_is_plain_tensor(want[i])) {
       return GF_COMPARE_ELSEWHERE;
     }
-    if (!gf_tensor_same_shape(&left, &right)) {
+    switch (gf_fastcall_torch_byte_pair(got[i], want[i], &pair, &device_type, &device_index)) {
+    case GF_BYTE_PAIR_SAME_SHAPE:
+      break;
+    case GF_BYTE_PAIR_DIFFERS:
       return GF_COMPARE_DIFFERS;
-    }
-    if (left.device_type != scratch->device_type || left.device_index != scratch->device_index ||
-        !gf_tensor_is_contiguous(&left) || !gf_tensor_is_contiguous(&right)) {
+    default:
       return GF_COMPARE_ELSEWHERE;
     }
-    const int64_t bytes = gf_tensor_nbytes(&left);
-    if (bytes > 0) {
-      pairs[*count] = (gf_copy){.dst = left.data, .src = right.data, .bytes = (size_t)bytes};
-      ++*count;
-      *nbytes += (size_t)bytes;
+    if (device_type != scratch->device_type || device_index != scratch->device_index) {
+      return GF_COMPARE_ELSEWHERE;
+    }
+    if (pair.bytes > 0) {
+      pairs[(*count)++] = pair;
+      *nbytes += pair.bytes;
     }
   }
   return GF_COMPARE_QUEUED;

@@ -50,6 +50,9 @@ def test_compare_later_writes_the_verdict_and_tells_what_bytes_cannot(emulated_b
     assert _fastcall.compare_later(gf.runner_id, [a], [b[:5]], host, scratch) is False
     strided = torch.arange(12.0)[::2]
     assert _fastcall.compare_later(gf.runner_id, [strided], [a], host, scratch) is None
+    # A lazy conjugate: its bytes are not its values.
+    z = torch.complex(a, a)
+    assert _fastcall.compare_later(gf.runner_id, [z.conj()], [z], host, scratch) is None
     # Nothing with bytes: equal at once.
     host.fill_(2)
     assert _fastcall.compare_later(gf.runner_id, [], [], host, scratch) is True
