@@ -70,10 +70,6 @@ static int gf_calls_in_flight;
 static PyObject *gf_reentered; /* returned for a call from inside its own forward */
 static PyObject *gf_changed;   /* returned when the state's watch fired (see gf_baked.h) */
 static PyObject *gf_run_eager; /* returned for a new key the core holds back (GF_RUN_EAGER) */
-/* What both entries return for a call verify mode compares with eager: SampledCall(result,
- * served), a struct sequence (see gf_sampled_if_due). */
-static PyTypeObject *gf_sampled_call_type;
-
 /* The calls in flight on this thread, innermost first. A call of a CallState already in flight
  * here comes from inside that call's own forward (the forward calls its GraphedForward again):
  * both entries return REENTERED, and the Python layer runs the module eagerly, as the forward
@@ -150,31 +146,24 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, gf_call_i
 /* A call verify mode compares with eager (graphed._verify): one a graph served (served > 0, the
  * capturing call included) within the first verify_first of that graph, or one in verify_every
  * after them, or any while a verdict is pending; returned as SampledCall(result, served), and every
- * other call as its result, so that a call not sampled costs the caller one type test. Steals
+ * other call as its result, so that a call not sampled costs the caller one type test. Where the
+ * state makes sampled calls in C and `native_served` is given (the fast entry), the result comes
+ * back as it is and *native_served says the call's count, for gf_verify_sampled. Steals
  * `rebuilt`. */
 static PyObject *gf_sampled_if_due(const gf_call_state *state, unsigned long long served,
-                                   PyObject *rebuilt) {
-  if (served == 0 || (!state->verify_pending && !gf_verify_queue_pending(state->verify_queue) &&
-                      !gf_call_state_due(state, served))) {
+                                   PyObject *rebuilt, unsigned long long *native_served) {
+  if (native_served != NULL && state->verify_queue != NULL) {
+    *native_served = served;
     return rebuilt;
   }
-  PyObject *sampled = PyStructSequence_New(gf_sampled_call_type);
-  PyObject *count = PyLong_FromUnsignedLongLong(served);
-  if (sampled == NULL || count == NULL) {
-    Py_XDECREF(sampled);
-    Py_XDECREF(count);
-    Py_DECREF(rebuilt);
-    return NULL;
+  if (served == 0 || (!state->verify_pending && !gf_call_state_due(state, served))) {
+    return rebuilt;
   }
-  PyStructSequence_SetItem(sampled, 0, rebuilt);
-  PyStructSequence_SetItem(sampled, 1, count);
-  PyStructSequence_SetItem(sampled, 2, Py_NewRef(Py_None));
-  PyStructSequence_SetItem(sampled, 3, Py_NewRef(Py_None));
-  return sampled;
+  return gf_sampled_call_new(rebuilt, served, NULL, NULL);
 }
 
 static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_in_flight *call,
-                                PyObject *outputs) {
+                                PyObject *outputs, unsigned long long *native_served) {
   PyObject *rebuilt = NULL;
   if (status == GF_RUN_EAGER) {
     rebuilt = Py_NewRef(gf_run_eager);
@@ -188,7 +177,7 @@ static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_i
   } else {
     rebuilt = gf_outputs_of_call(call->state, call->output_template, outputs);
     if (rebuilt != NULL) {
-      rebuilt = gf_sampled_if_due(call->state, call->served, rebuilt);
+      rebuilt = gf_sampled_if_due(call->state, call->served, rebuilt, native_served);
     }
   }
   Py_XDECREF(outputs);
@@ -228,7 +217,8 @@ static PyObject *gf_key_of_walk(gf_call_state *state, const gf_walk *walk) {
 
 static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_state *state,
                                      PyObject *kwargs, PyObject *variant, PyObject *keep_alive,
-                                     PyObject *held, int pin, int static_outputs) {
+                                     PyObject *held, int pin, int static_outputs,
+                                     unsigned long long *native_served) {
   gf_walk_result result = gf_walk_kwargs(walk, kwargs, variant);
   if (result == GF_WALK_ERROR) {
     return NULL;
@@ -251,7 +241,7 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_s
     gf_name_input(runner_id, kwargs, walk->objects[err.input_number - 1], &err);
   }
   gf_walk_release(walk); /* the inputs' references, held for the whole call */
-  return gf_finish_call(status, &err, &call, outputs);
+  return gf_finish_call(status, &err, &call, outputs, native_served);
 }
 
 /* The options both entries share; 0, or -1 with a Python error. */
@@ -314,12 +304,13 @@ static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t 
   gf_frames_here = &frame;
   gf_walk nested = {0};
   gf_walk *walk = gf_calls_in_flight == 0 ? &gf_scratch : &nested;
+  unsigned long long served = 0; /* set where the state makes sampled calls in C */
   PyObject *rebuilt = gf_fast_call_walked(walk, runner_id, state, args[1], args[2], args[6],
-                                          args[7], pin, static_outputs);
+                                          args[7], pin, static_outputs, &served);
   gf_walk_free(&nested);
   gf_frames_here = frame.outer;
-  if (rebuilt != NULL && state->verify_queue != NULL && Py_IS_TYPE(rebuilt, gf_sampled_call_type)) {
-    return gf_verify_sampled(state, args[1], rebuilt);
+  if (rebuilt != NULL && served != 0) {
+    return gf_verify_sampled(state, args[1], rebuilt, served);
   }
   return rebuilt;
 }
@@ -359,7 +350,7 @@ static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t 
   gf_error err = {0};
   gf_status status = gf_fastcall_torch_call_dispatched(runner_id, &call, args[3], args[5], pin,
                                                        static_outputs, &outputs, &err);
-  PyObject *rebuilt = gf_finish_call(status, &err, &call, outputs);
+  PyObject *rebuilt = gf_finish_call(status, &err, &call, outputs, NULL);
   gf_frames_here = frame.outer;
   return rebuilt;
 }
@@ -470,33 +461,9 @@ static struct PyModuleDef gf_fastcall_module = {
     NULL,
 };
 
-static PyStructSequence_Field gf_sampled_call_fields[] = {
-    {"result", "what the call returns"},
-    {"served", "how many calls the graph that served it has served, this one included"},
-    {"expected",
-     "eager's result for the call when the entry ran it (gf_verify_sampled.h), or None"},
-    {"differed", "(served, replayed, expected) of a sampled call whose verdict said it differed, "
-                 "or None"},
-    {NULL, NULL},
-};
-
-static PyStructSequence_Desc gf_sampled_call_desc = {
-    "_graphed_fastcall.SampledCall",
-    "A call verify mode compares with eager (graphed._verify): its result and the count of the "
-    "graph's calls.",
-    gf_sampled_call_fields,
-    4,
-};
-
 PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
   if (PyType_Ready(&gf_call_state_type) != 0) {
     return NULL;
-  }
-  if (gf_sampled_call_type == NULL) {
-    gf_sampled_call_type = PyStructSequence_NewType(&gf_sampled_call_desc);
-    if (gf_sampled_call_type == NULL) {
-      return NULL;
-    }
   }
   PyObject *module = PyModule_Create(&gf_fastcall_module);
   if (module == NULL) {
@@ -506,12 +473,12 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
   gf_changed = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_run_eager = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   if (gf_walker_module_init(module) != 0 || gf_verify_compare_init(module) != 0 ||
-      gf_reentered == NULL || gf_changed == NULL || gf_run_eager == NULL || gf_baked_init() != 0 ||
+      gf_verify_sampled_init(module) != 0 || gf_reentered == NULL || gf_changed == NULL ||
+      gf_run_eager == NULL || gf_baked_init() != 0 ||
       PyModule_AddObjectRef(module, "CHANGED", gf_changed) != 0 ||
       PyModule_AddObjectRef(module, "RUN_EAGER", gf_run_eager) != 0 ||
       PyModule_AddObjectRef(module, "REENTERED", gf_reentered) != 0 ||
       PyModule_AddObjectRef(module, "CallState", (PyObject *)&gf_call_state_type) != 0 ||
-      PyModule_AddObjectRef(module, "SampledCall", (PyObject *)gf_sampled_call_type) != 0 ||
       /* The core's numbers and the probe's warning text Python reads, named once in C
        * (graphed._forward, graphed._phases). */
       PyModule_AddIntConstant(module, "MAX_DIMS", GF_MAX_DIMS) != 0 ||

@@ -273,56 +273,90 @@ static int gf_verify_queue_comparison(gf_verify_queue *queue, unsigned long long
   return 1;
 }
 
-/* Sets item `at` of the SampledCall (stealing `value`) and returns it. */
-static PyObject *gf_verify_hand_up(PyObject *sampled, Py_ssize_t at, PyObject *value) {
-  Py_XDECREF(PyStructSequence_GET_ITEM(sampled, at));
-  PyStructSequence_SET_ITEM(sampled, at, value);
+/* SampledCall(result, served, expected, differed), a struct sequence. */
+static PyTypeObject *gf_sampled_call_type;
+
+static PyStructSequence_Field gf_sampled_call_fields[] = {
+    {"result", "what the call returns"},
+    {"served", "how many calls the graph that served it has served, this one included"},
+    {"expected", "eager's result for the call when the entry ran it, or None"},
+    {"differed", "(served, replayed, expected) of a sampled call whose verdict said it differed, "
+                 "or None"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc gf_sampled_call_desc = {
+    "_graphed_fastcall.SampledCall",
+    "A call verify mode compares with eager (graphed._verify): its result, the count of the "
+    "graph's calls, and what the entry made of it already.",
+    gf_sampled_call_fields,
+    4,
+};
+
+PyObject *gf_sampled_call_new(PyObject *result, unsigned long long served, PyObject *expected,
+                              PyObject *differed) {
+  PyObject *sampled = PyStructSequence_New(gf_sampled_call_type);
+  PyObject *count = PyLong_FromUnsignedLongLong(served);
+  if (sampled == NULL || count == NULL) {
+    Py_XDECREF(sampled);
+    Py_XDECREF(count);
+    Py_DECREF(result);
+    Py_XDECREF(expected);
+    Py_XDECREF(differed);
+    return NULL;
+  }
+  PyStructSequence_SetItem(sampled, 0, result);
+  PyStructSequence_SetItem(sampled, 1, count);
+  PyStructSequence_SetItem(sampled, 2, expected != NULL ? expected : Py_NewRef(Py_None));
+  PyStructSequence_SetItem(sampled, 3, differed != NULL ? differed : Py_NewRef(Py_None));
   return sampled;
 }
 
-PyObject *gf_verify_sampled(gf_call_state *state, PyObject *kwargs, PyObject *sampled) {
+PyObject *gf_verify_sampled(gf_call_state *state, PyObject *kwargs, PyObject *result,
+                            unsigned long long served) {
   gf_verify_queue *queue = state->verify_queue;
   PyObject *differed = gf_verify_queue_read(queue);
   if (differed != NULL) {
-    return gf_verify_hand_up(sampled, 3, differed);
+    return gf_sampled_call_new(result, served, NULL, differed);
   }
-  if (state->verify_pending) {
-    return sampled; /* the Python layer's own verdicts to read (its comparisons) */
+  if (!state->verify_pending && !gf_call_state_due(state, served)) {
+    return result; /* the call every other one is: not sampled */
   }
-  PyObject *result = PyStructSequence_GET_ITEM(sampled, 0);
-  const unsigned long long served =
-      PyLong_AsUnsignedLongLong(PyStructSequence_GET_ITEM(sampled, 1));
-  if (!gf_call_state_due(state, served)) {
-    Py_INCREF(result);
-    Py_DECREF(sampled);
-    return result;
-  }
-  if (served <= state->verify_first || !PyDict_CheckExact(kwargs)) {
-    return sampled; /* compared at once by the Python layer */
+  if (state->verify_pending || served <= state->verify_first || !PyDict_CheckExact(kwargs)) {
+    /* the Python layer's own verdicts to read (its comparisons), or a call it compares at once */
+    return gf_sampled_call_new(result, served, NULL, NULL);
   }
   if (queue->count == GF_VERIFY_SLOTS_MOST || queue->pending_bytes > gf_verify_bytes_most) {
     gf_verify_queue_wait(queue);
     differed = gf_verify_queue_read(queue);
     if (differed != NULL) {
-      return gf_verify_hand_up(sampled, 3, differed);
+      return gf_sampled_call_new(result, served, NULL, differed);
     }
   }
   PyObject *expected = gf_fastcall_torch_call_without_grad(queue->forward, kwargs);
   if (expected == NULL) {
-    Py_DECREF(sampled);
+    Py_DECREF(result);
     return NULL;
   }
   int queued = gf_verify_queue_comparison(queue, served, result, expected);
   if (queued < 0) {
     Py_DECREF(expected);
-    Py_DECREF(sampled);
+    Py_DECREF(result);
     return NULL;
   }
   if (queued == 0) {
-    return gf_verify_hand_up(sampled, 2, expected);
+    return gf_sampled_call_new(result, served, expected, NULL);
   }
   Py_DECREF(expected);
-  Py_INCREF(result);
-  Py_DECREF(sampled);
   return result;
+}
+
+int gf_verify_sampled_init(PyObject *module) {
+  if (gf_sampled_call_type == NULL) {
+    gf_sampled_call_type = PyStructSequence_NewType(&gf_sampled_call_desc);
+    if (gf_sampled_call_type == NULL) {
+      return -1;
+    }
+  }
+  return PyModule_AddObjectRef(module, "SampledCall", (PyObject *)gf_sampled_call_type);
 }

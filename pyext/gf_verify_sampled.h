@@ -26,13 +26,23 @@ int gf_verify_queue_traverse(gf_verify_queue *queue, visitproc visit, void *arg)
  * queue). */
 int gf_verify_queue_pending(const gf_verify_queue *queue);
 
-/* A sampled call (`sampled`, a SampledCall the entry made; stolen) handed to the state's queue
- * after the entry's call: reads the verdicts written since, and for a call due for comparison
- * after the first verify_first runs `kwargs` eagerly and queues the comparison. Returns the call's
- * result where that is all, else the SampledCall for the Python layer (graphed._verify) with
- * `expected` (eager's result, when it ran) or `differed` ((served, replayed, expected) of the
- * verdict that differed) filled in; NULL with an exception set. */
-PyObject *gf_verify_sampled(struct gf_call_state *state, PyObject *kwargs, PyObject *sampled);
+/* SampledCall(result, served, expected, differed), what both entries return for a call verify
+ * mode compares with eager (graphed._verify); steals result and, where given, expected and
+ * differed (NULL: None). NULL with an exception set. */
+PyObject *gf_sampled_call_new(PyObject *result, unsigned long long served, PyObject *expected,
+                              PyObject *differed);
+
+/* A call the fast entry served (`result`, stolen; `served` its graph's count of calls), handed to
+ * the state's queue after the call: reads the verdicts written since, and for a call due for
+ * comparison after the first verify_first runs `kwargs` eagerly and queues the comparison.
+ * Returns the call's result where that is all (every call not sampled), else a SampledCall for
+ * the Python layer with `expected` (eager's result, when it ran) or `differed` ((served,
+ * replayed, expected) of the verdict that differed) filled in; NULL with an exception set. */
+PyObject *gf_verify_sampled(struct gf_call_state *state, PyObject *kwargs, PyObject *result,
+                            unsigned long long served);
+
+/* Adds the SampledCall type to the module: 0, or -1 with an exception set. */
+int gf_verify_sampled_init(PyObject *module);
 
 #ifdef __cplusplus
 }
