@@ -350,8 +350,12 @@ static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t 
   gf_error err = {0};
   gf_status status = gf_fastcall_torch_call_dispatched(runner_id, &call, args[3], args[5], pin,
                                                        static_outputs, &outputs, &err);
-  PyObject *rebuilt = gf_finish_call(status, &err, &call, outputs, NULL);
+  unsigned long long served = 0; /* set where the state makes sampled calls in C */
+  PyObject *rebuilt = gf_finish_call(status, &err, &call, outputs, &served);
   gf_frames_here = frame.outer;
+  if (rebuilt != NULL && served != 0) { /* its verdicts read; a sampled call handed up */
+    return gf_verify_sampled(state, Py_None, rebuilt, served);
+  }
   return rebuilt;
 }
 

@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
@@ -445,6 +446,10 @@ extern "C" gf_status gf_fastcall_torch_compare_later(int64_t runner_id, const gf
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
     std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
+    c10::OptionalDeviceGuard on_its_device; // a runner on a device other than the current one
+    if (slot->device.has_index()) {
+      on_its_device.reset_device(slot->device);
+    }
     return gf_runner_compare_later(slot->runner, pairs, count, verdict, scratch, err);
   } catch (...) {
     return graphed::status_of_current_exception(err, nullptr);
@@ -456,8 +461,10 @@ extern "C" int gf_fastcall_torch_byte_pair(PyObject *left_object, PyObject *righ
   try {
     const at::Tensor &left = THPVariable_Unpack(left_object);
     const at::Tensor &right = THPVariable_Unpack(right_object);
-    if (left.scalar_type() != right.scalar_type() || left.device() != right.device() ||
-        left.sizes() != right.sizes()) {
+    if (left.device() != right.device()) {
+      return GF_BYTE_PAIR_ELSEWHERE; // compared where both can be read
+    }
+    if (left.scalar_type() != right.scalar_type() || left.sizes() != right.sizes()) {
       return GF_BYTE_PAIR_DIFFERS;
     }
     for (const at::Tensor *side : {&left, &right}) {
@@ -479,9 +486,12 @@ extern "C" int gf_fastcall_torch_byte_pair(PyObject *left_object, PyObject *righ
 
 extern "C" PyObject *gf_fastcall_torch_call_without_grad(PyObject *forward, PyObject *kwargs) {
   static PyObject *const no_args = PyTuple_New(0); // the empty tuple, immortal
+  if (no_args == nullptr) {
+    return PyErr_NoMemory();
+  }
   try {
     c10::AutoGradMode no_grad(false);
-    return no_args != nullptr ? PyObject_Call(forward, no_args, kwargs) : nullptr;
+    return PyObject_Call(forward, no_args, kwargs);
   } catch (...) {
     PyErr_SetString(PyExc_RuntimeError, "graphed: torch raised while setting grad mode");
     return nullptr;

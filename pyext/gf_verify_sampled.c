@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 enum { GF_VERIFY_SLOTS_MOST = 32, GF_VERDICT_NOT_WRITTEN = 2 };
+enum { GF_DEVICE_TYPE_CPU = 0 }; /* c10::DeviceType::CPU, as gf_tensor.device_type holds it */
 /* Outputs pending verdicts may hold at once (both sides' bytes); one more waits for the device. */
 static const size_t gf_verify_bytes_most = (size_t)256 << 20;
 
@@ -47,6 +48,11 @@ struct gf_verify_queue {
   size_t pending_bytes;
   int free_slots[GF_VERIFY_SLOTS_MOST];
   int free_count;
+  /* gf_verify_sampled calls using the queue now (each may let other Python code run: the eager
+   * forward, a wait, a contended lock), and whether it was released meanwhile: the last of them
+   * frees it then (gf_verify_queue_free). */
+  int busy;
+  int released;
 };
 
 gf_verify_queue *gf_verify_queue_arm(int64_t runner_id, PyObject *forward, PyObject *host,
@@ -55,8 +61,9 @@ gf_verify_queue *gf_verify_queue_arm(int64_t runner_id, PyObject *forward, PyObj
   gf_tensor scratch_desc;
   if (!PyCallable_Check(forward) || gf_compare_describe(host, &host_desc) != 0 ||
       gf_compare_describe(scratch, &scratch_desc) != 0 || host_desc.itemsize != 1 ||
-      !gf_tensor_is_contiguous(&host_desc) || scratch_desc.itemsize != 4 ||
-      !gf_tensor_is_contiguous(&scratch_desc) || gf_tensor_numel(&host_desc) < 1 ||
+      host_desc.device_type != GF_DEVICE_TYPE_CPU || !gf_tensor_is_contiguous(&host_desc) ||
+      scratch_desc.itemsize != 4 || !gf_tensor_is_contiguous(&scratch_desc) ||
+      gf_tensor_numel(&host_desc) < 1 ||
       gf_tensor_numel(&scratch_desc) < 2 * gf_tensor_numel(&host_desc)) {
     PyErr_SetString(PyExc_TypeError,
                     "CallState.verify_natively(runner_id, forward: callable, host: uint8 "
@@ -84,10 +91,14 @@ gf_verify_queue *gf_verify_queue_arm(int64_t runner_id, PyObject *forward, PyObj
   return queue;
 }
 
-/* Drops the oldest pending verdict, its slot free again. */
+/* Drops the oldest pending verdict. Its slot is free again once the device has written its
+ * verdict; a slot whose comparison may still run is retired (never used again: its kernel could
+ * write a stale verdict into the next comparison's byte). */
 static void gf_verify_queue_pop(gf_verify_queue *queue) {
   gf_pending_verdict *oldest = &queue->pending[queue->head];
-  queue->free_slots[queue->free_count++] = oldest->slot;
+  if (queue->bytes[oldest->slot] != GF_VERDICT_NOT_WRITTEN) {
+    queue->free_slots[queue->free_count++] = oldest->slot;
+  }
   queue->pending_bytes -= oldest->nbytes;
   Py_CLEAR(oldest->replayed);
   Py_CLEAR(oldest->expected);
@@ -101,9 +112,30 @@ static void gf_verify_queue_clear(gf_verify_queue *queue) {
   }
 }
 
+/* 1 when a comparison of the queue's may still run on the device. */
+static int gf_verify_queue_running(const gf_verify_queue *queue) {
+  for (int i = 0; i < queue->count; ++i) {
+    const int slot = queue->pending[(queue->head + i) % GF_VERIFY_SLOTS_MOST].slot;
+    if (queue->bytes[slot] == GF_VERDICT_NOT_WRITTEN) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
 void gf_verify_queue_free(gf_verify_queue *queue) {
   if (queue == NULL) {
     return;
+  }
+  if (queue->busy > 0) { /* a call using it frees it when it is done */
+    queue->released = 1;
+    return;
+  }
+  if (gf_verify_queue_running(queue)) {
+    /* Its kernels write the pinned bytes and the scratch released below, which torch's
+     * allocators hand out again at once: they finish first. */
+    gf_fastcall_torch_synchronize(queue->scratch_desc.device_type,
+                                  queue->scratch_desc.device_index);
   }
   gf_verify_queue_clear(queue);
   Py_CLEAR(queue->forward);
@@ -142,11 +174,11 @@ static PyObject *gf_verify_queue_read(gf_verify_queue *queue) {
     if (verdict != 0) {
       PyObject *differed =
           Py_BuildValue("(KOO)", oldest->served, oldest->replayed, oldest->expected);
-      gf_verify_queue_clear(queue);
       if (differed == NULL) {
-        PyErr_Clear(); /* out of memory: said without its details */
-        return Py_BuildValue("(KOO)", 0ull, Py_None, Py_None);
+        PyErr_Clear(); /* out of memory: read again at the next call */
+        return NULL;
       }
+      gf_verify_queue_clear(queue); /* the runner is about to be disabled */
       return differed;
     }
     gf_verify_queue_pop(queue);
@@ -155,25 +187,31 @@ static PyObject *gf_verify_queue_read(gf_verify_queue *queue) {
 }
 
 /* Sampled faster than the device answers: waits for the device to finish what was queued (the
- * oldest verdict with it). A verdict still not written then (its work failed on the device) is
- * dropped. */
+ * oldest verdict with it). The oldest verdict, if still not written then (its work failed on the
+ * device, or the wait did), is dropped, its slot retired; another thread may have read it
+ * meanwhile, as the wait lets other threads run. */
 static void gf_verify_queue_wait(gf_verify_queue *queue) {
-  if (queue->count == 0 ||
-      queue->bytes[queue->pending[queue->head].slot] != GF_VERDICT_NOT_WRITTEN) {
+  if (queue->count == 0) {
+    return;
+  }
+  const int slot = queue->pending[queue->head].slot;
+  if (queue->bytes[slot] != GF_VERDICT_NOT_WRITTEN) {
     return;
   }
   gf_fastcall_torch_synchronize(queue->scratch_desc.device_type, queue->scratch_desc.device_index);
-  if (queue->bytes[queue->pending[queue->head].slot] == GF_VERDICT_NOT_WRITTEN) {
+  if (queue->count > 0 && queue->pending[queue->head].slot == slot &&
+      queue->bytes[slot] == GF_VERDICT_NOT_WRITTEN) {
     gf_verify_queue_pop(queue);
   }
 }
 
 /* The output tensors of both sides, in order, for a tensor, a tuple or list of tensors, or a dict
  * of tensors under the same keys in the same order (exact types): 0 with *got and *want the
- * tensors (borrowed: `result`'s and `expected`'s, or the items of `pair`, which holds them), 1 for
- * any other structure or one that differs (the Python layer compares), -1 on error. */
+ * tensors (borrowed from `result` and `expected`, or from `pair`, new lists of a dict's values
+ * that the caller releases when *owned says so), 1 for any other structure or one that differs
+ * (the Python layer compares), -1 on error. */
 static int gf_verify_output_tensors(PyObject *result, PyObject *expected, PyObject *pair[2],
-                                    PyObject *const **got, PyObject *const **want,
+                                    int *owned, PyObject *const **got, PyObject *const **want,
                                     Py_ssize_t *size) {
   if (Py_TYPE(result) != Py_TYPE(expected)) {
     return 1;
@@ -201,6 +239,7 @@ static int gf_verify_output_tensors(PyObject *result, PyObject *expected, PyObje
         return same < 0 ? -1 : 1;
       }
     }
+    *owned = 1; /* new lists of the values */
     for (int side = 0; side < 2; ++side) {
       pair[side] = PyDict_Values(values[side]);
       if (pair[side] == NULL) {
@@ -208,8 +247,8 @@ static int gf_verify_output_tensors(PyObject *result, PyObject *expected, PyObje
       }
     }
   } else if (PyTuple_CheckExact(result) || PyList_CheckExact(result)) {
-    pair[0] = Py_NewRef(result);
-    pair[1] = Py_NewRef(expected);
+    pair[0] = result; /* borrowed */
+    pair[1] = expected;
   } else {
     return 1;
   }
@@ -233,11 +272,11 @@ static int gf_verify_output_tensors(PyObject *result, PyObject *expected, PyObje
 static int gf_verify_queue_comparison(gf_verify_queue *queue, unsigned long long served,
                                       PyObject *result, PyObject *expected) {
   PyObject *pair[2] = {NULL, NULL};
+  int owned = 0;
   PyObject *const *got = NULL;
   PyObject *const *want = NULL;
   Py_ssize_t size = 0;
-  int outcome = gf_verify_output_tensors(result, expected, pair, &got, &want, &size);
-  const int owned = pair[0] != result; /* a tensor's pair borrows; the others hold references */
+  int outcome = gf_verify_output_tensors(result, expected, pair, &owned, &got, &want, &size);
   if (outcome != 0 || queue->free_count == 0) {
     if (owned) {
       Py_XDECREF(pair[0]);
@@ -312,24 +351,13 @@ PyObject *gf_sampled_call_new(PyObject *result, unsigned long long served, PyObj
   return sampled;
 }
 
-PyObject *gf_verify_sampled(gf_call_state *state, PyObject *kwargs, PyObject *result,
-                            unsigned long long served) {
-  gf_verify_queue *queue = state->verify_queue;
-  PyObject *differed = gf_verify_queue_read(queue);
-  if (differed != NULL) {
-    return gf_sampled_call_new(result, served, NULL, differed);
-  }
-  if (!state->verify_pending && !gf_call_state_due(state, served)) {
-    return result; /* the call every other one is: not sampled */
-  }
-  if (state->verify_pending || served <= state->verify_first || !PyDict_CheckExact(kwargs)) {
-    /* the Python layer's own verdicts to read (its comparisons), or a call it compares at once */
-    return gf_sampled_call_new(result, served, NULL, NULL);
-  }
+/* The sampled call itself, with the queue held busy: see gf_verify_sampled. */
+static PyObject *gf_verify_sampled_busy(gf_verify_queue *queue, PyObject *kwargs, PyObject *result,
+                                        unsigned long long served) {
   if (queue->count == GF_VERIFY_SLOTS_MOST || queue->pending_bytes > gf_verify_bytes_most) {
     gf_verify_queue_wait(queue);
-    differed = gf_verify_queue_read(queue);
-    if (differed != NULL) {
+    PyObject *differed = queue->released ? NULL : gf_verify_queue_read(queue);
+    if (differed != NULL || queue->released) {
       return gf_sampled_call_new(result, served, NULL, differed);
     }
   }
@@ -337,6 +365,9 @@ PyObject *gf_verify_sampled(gf_call_state *state, PyObject *kwargs, PyObject *re
   if (expected == NULL) {
     Py_DECREF(result);
     return NULL;
+  }
+  if (queue->released) { /* the forward disabled the runner: the Python layer says what now */
+    return gf_sampled_call_new(result, served, expected, NULL);
   }
   int queued = gf_verify_queue_comparison(queue, served, result, expected);
   if (queued < 0) {
@@ -349,6 +380,34 @@ PyObject *gf_verify_sampled(gf_call_state *state, PyObject *kwargs, PyObject *re
   }
   Py_DECREF(expected);
   return result;
+}
+
+PyObject *gf_verify_sampled(gf_call_state *state, PyObject *kwargs, PyObject *result,
+                            unsigned long long served) {
+  gf_verify_queue *queue = state->verify_queue;
+  if (queue == NULL) {
+    return result;
+  }
+  PyObject *differed = gf_verify_queue_read(queue);
+  if (differed != NULL) {
+    return gf_sampled_call_new(result, served, NULL, differed);
+  }
+  if (!state->verify_pending && !gf_call_state_due(state, served)) {
+    return result; /* the call every other one is: not sampled */
+  }
+  if (state->verify_pending || served <= state->verify_first || !PyDict_CheckExact(kwargs)) {
+    /* the Python layer's own verdicts to read (its comparisons), a call it compares at once, or
+     * one of the Python path (kwargs as a TreeSpec) */
+    return gf_sampled_call_new(result, served, NULL, NULL);
+  }
+  /* Held busy across what may let other Python code run (the eager forward, a wait, a contended
+   * runner lock): a disable meanwhile (verify_natively(None)) leaves the freeing to this call. */
+  queue->busy++;
+  PyObject *sampled = gf_verify_sampled_busy(queue, kwargs, result, served);
+  if (--queue->busy == 0 && queue->released) {
+    gf_verify_queue_free(queue);
+  }
+  return sampled;
 }
 
 int gf_verify_sampled_init(PyObject *module) {

@@ -32,9 +32,10 @@ int gf_verify_queue_pending(const gf_verify_queue *queue);
 PyObject *gf_sampled_call_new(PyObject *result, unsigned long long served, PyObject *expected,
                               PyObject *differed);
 
-/* A call the fast entry served (`result`, stolen; `served` its graph's count of calls), handed to
- * the state's queue after the call: reads the verdicts written since, and for a call due for
- * comparison after the first verify_first runs `kwargs` eagerly and queues the comparison.
+/* A call a graph served (`result`, stolen; `served` its graph's count of calls), handed to the
+ * state's queue after the call by either entry: reads the verdicts written since, and for a call
+ * due for comparison after the first verify_first runs `kwargs` (the fast entry's dict; anything
+ * else hands the call up) eagerly and queues the comparison.
  * Returns the call's result where that is all (every call not sampled), else a SampledCall for
  * the Python layer with `expected` (eager's result, when it ran) or `differed` ((served,
  * replayed, expected) of the verdict that differed) filled in; NULL with an exception set. */

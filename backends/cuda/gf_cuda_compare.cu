@@ -66,6 +66,7 @@ __global__ void gf_compare_kernel(const CompareTable<N> table, unsigned total_bl
   if (atomicAdd(&scratch[1], 1u) + 1 == total_blocks) {
     const uint32_t found_any = atomicExch(&scratch[0], 0u);
     atomicExch(&scratch[1], 0u);
+    __threadfence(); // the scratch is zero before the host can see the verdict and reuse it
     *reinterpret_cast<volatile uint8_t *>(verdict) = found_any != 0 ? 1 : 0;
     __threadfence_system();
   }
@@ -97,13 +98,16 @@ cudaError_t launch(const gf_copy *pairs, size_t count, unsigned total_blocks, ui
 
 // The device's address of a pinned host byte (cudaHostGetDevicePointer's: for torch's pinned
 // memory, which cudaHostAlloc made, the host's own under unified addressing), kept per thread for
-// the last few bytes asked about, since a runner reuses its verdict bytes and the lookup would
+// the last bytes asked about, since a runner reuses its verdict bytes and the lookup would
 // cost each sampled call a driver call.
+// A runner's verdict bytes: the 32 of its fast entry's queue and a few of the Python layer's.
+constexpr unsigned kKnownAddresses = 40;
+
 uint8_t *device_address_of(uint8_t *host) {
-  thread_local uint8_t *known_host[8] = {};
-  thread_local uint8_t *known_device[8] = {};
+  thread_local uint8_t *known_host[kKnownAddresses] = {};
+  thread_local uint8_t *known_device[kKnownAddresses] = {};
   thread_local unsigned next = 0;
-  for (unsigned i = 0; i < 8; ++i) {
+  for (unsigned i = 0; i < kKnownAddresses; ++i) {
     if (known_host[i] == host) {
       return known_device[i];
     }
@@ -113,8 +117,8 @@ uint8_t *device_address_of(uint8_t *host) {
     cudaGetLastError(); // not pinned, or not mapped: the caller compares another way
     return nullptr;
   }
-  known_host[next % 8] = host;
-  known_device[next % 8] = static_cast<uint8_t *>(device);
+  known_host[next % kKnownAddresses] = host;
+  known_device[next % kKnownAddresses] = static_cast<uint8_t *>(device);
   ++next;
   return static_cast<uint8_t *>(device);
 }

@@ -250,6 +250,14 @@ class Verifier:
     def stop(self) -> None:
         """The runner is disabled: no call is compared, the verdicts pending are dropped."""
         self._call_state.verify_natively(None)
+        self._drop_pending()
+
+    def _drop_pending(self) -> None:
+        """Drops the verdicts pending, once the device has run their comparisons: a comparison
+        still running writes its slot's pinned byte, which torch hands out again once dropped."""
+        unwritten = [v.slot.device for v in self._pending if v.slot.byte[0] == _NOT_WRITTEN]
+        if unwritten and unwritten[0].type == "cuda":
+            torch.cuda.synchronize(unwritten[0])
         self._pending.clear()
         self._pending_bytes = 0
 
@@ -382,8 +390,7 @@ class Verifier:
             self._pending_bytes -= verdict.nbytes
             self._spare_slots.append(verdict.slot)
             if written:
-                self._pending.clear()
-                self._pending_bytes = 0
+                self._drop_pending()
                 self._disable_for(runner, verdict.served, verdict.replayed, verdict.expected)
                 return True
         return False

@@ -6,6 +6,11 @@ launches, sizes that take its vector and byte paths, and a difference in the las
 
 from __future__ import annotations
 
+import gc
+import threading
+import time
+import weakref
+
 import pytest
 import torch
 from _gpu import on_gpu
@@ -21,6 +26,16 @@ class Outputs(ReadsAHiddenTensor):
     def forward(self, x):
         y = self.linear(x)
         return {"y": y, "pair": (y * 2, y + self.holder.offset), "scale": 2}
+
+
+@pytest.fixture
+def sampled_on_the_cpu(emulated_backend, monkeypatch):
+    """Makes runners on the emulated backend whose every call is sampled, the comparison deferred
+    on the CPU as on a device (graphed._verify's deferral widened to the CPU)."""
+    monkeypatch.setattr(_verify, "DEFERRED_DEVICE_TYPES", ("cuda", "cpu"))
+    return lambda module: GraphedForward(
+        module, device="cpu", backend=emulated_backend, verify_every=1
+    )
 
 
 def _slot(device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,9 +127,80 @@ def test_a_stale_output_is_told_at_the_next_call_by_its_path(
     assert gf._call_state.verdicts_pending == 0, "a disabled runner holds no outputs"
 
 
-def test_disabling_drops_the_pending_verdicts_and_their_outputs(emulated_backend, monkeypatch):
-    monkeypatch.setattr(_verify, "DEFERRED_DEVICE_TYPES", ("cuda", "cpu"))
-    gf = GraphedForward(FlatOutputs(), device="cpu", backend=emulated_backend, verify_every=1)
+def test_the_outputs_a_verdict_held_are_released_once_it_is_read(sampled_on_the_cpu):
+    """A flat tuple's tensors, held by the fast entry's queue until their verdict is read, are
+    freed after it (nothing kept beyond the queue)."""
+    gf = sampled_on_the_cpu(FlatOutputs())
+    x = torch.ones(2, 4)
+    held = []
+    for _ in range(4):
+        held.extend(weakref.ref(tensor) for tensor in gf(x))
+    gf(x)  # reads the last verdict
+    gc.collect()
+    assert gf._call_state.verdicts_pending == 1
+    assert sum(ref() is not None for ref in held) == 0, "outputs outlived their verdicts"
+
+
+class DisablesItsRunner(torch.nn.Module):
+    """A forward that disables its own runner when told to, as a forward run in verify's eager
+    comparison may (or another thread meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.runner: GraphedForward | None = None
+
+    def forward(self, x):
+        if self.runner is not None:
+            runner, self.runner = self.runner, None
+            runner.disable("disabled from inside the forward")
+        return self.linear(x)
+
+
+def test_a_runner_disabled_during_a_sampled_calls_eager_run_answers_that_call(sampled_on_the_cpu):
+    module = DisablesItsRunner()
+    gf = sampled_on_the_cpu(module)
+    x = torch.ones(2, 4)
+    gf(x)
+    gf(x)
+    module.runner = gf  # the next sampled call's eager run disables the runner
+    got = gf(x)
+    with torch.no_grad():
+        torch.testing.assert_close(got, module(x), rtol=0, atol=0)
+    assert not gf.stats()["enabled"]
+    assert "disabled from inside the forward" in gf.stats()["disabled_reason"]
+    assert gf._call_state.verdicts_pending == 0
+    torch.testing.assert_close(gf(x), got, rtol=0, atol=0)  # eager from now on
+
+
+def test_a_runner_disabled_by_another_thread_while_it_samples_stays_whole(sampled_on_the_cpu):
+    module = FlatOutputs()
+    gf = sampled_on_the_cpu(module)
+    x = torch.ones(2, 4)
+    gf(x)
+    errors = []
+
+    def calls() -> None:
+        try:
+            for _ in range(400):
+                gf(x)
+        except Exception as error:  # reported below
+            errors.append(error)
+
+    worker = threading.Thread(target=calls)
+    worker.start()
+    for _ in range(20):
+        time.sleep(0.001)
+    gf.disable("disabled by another thread")
+    worker.join()
+    assert not errors, errors
+    assert gf._call_state.verdicts_pending == 0
+    with torch.no_grad():
+        torch.testing.assert_close(gf(x)[1], module(x)[1], rtol=0, atol=0)
+
+
+def test_disabling_drops_the_pending_verdicts_and_their_outputs(sampled_on_the_cpu):
+    gf = sampled_on_the_cpu(FlatOutputs())
     gf(torch.ones(2, 4))
     assert gf._call_state.verdicts_pending == 1
     gf.disable("done")
