@@ -34,12 +34,14 @@ calls. Those are compared here: by the same launch (`_queue_batched`, with a que
 which the C entry routes every call here for while it holds a verdict), or with verify_tolerance,
 or outputs the bytes cannot tell (not contiguous, on several devices), by torch operations.
 
-What it cost, a sampled call on an H100 host beyond its replay: 19 us with the queue kept here
-(the launch, a SampledCall handed up, the eager run's context and the bookkeeping), 9 us more than
-the eager forward; with the comparison in torch operations queued from here, 21 us for a pair's
-comparison and reduction alone and 93 to 205 us a sampled call in all; reading the result on the
-host at the sampled call itself (torch.equal) stalled the stream, 73 to 115 us on the H200 beside
-a 25 to 38 us eager forward. Every other call costs the call path one type test.
+What it costs, a sampled call on an H100 host beyond its replay: its eager forward and 4 to 8 us
+more, the comparison launched as a ready graph (backends/cuda/gf_cuda_compare_jobs.cu). Before:
+19 us with the queue kept here (the launch, a SampledCall handed up, the eager run's context and
+the bookkeeping), 9 us more than the eager forward; with the comparison in torch operations
+queued from here, 21 us for a pair's comparison and reduction alone and 93 to 205 us a sampled
+call in all; reading the result on the host at the sampled call itself (torch.equal) stalled the
+stream, 73 to 115 us on the H200 beside a 25 to 38 us eager forward. Every other call costs the
+call path one type test.
 """
 
 from __future__ import annotations
