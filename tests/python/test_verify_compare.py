@@ -256,16 +256,6 @@ def test_the_kernel_finds_one_differing_byte_anywhere(pairs):
             assert host.item() == 1, (which, at)
             assert scratch.tolist() == [0, 0]
             want[which][at] ^= 1
-    # More verdict bytes than a runner keeps ready graphs for (48): the rest are launched as
-    # kernels, with the same verdicts.
-    slots = [_slot("cuda") for _ in range(52)]
-    want[0][-1] ^= 1
-    for index, (byte, words) in enumerate(slots):
-        equal = index % 2 == 0
-        assert _fastcall.compare_later(gf.runner_id, got, want if not equal else got, byte, words)
-    torch.cuda.synchronize()
-    assert [byte.item() for byte, _ in slots] == [index % 2 for index in range(52)]
-    want[0][-1] ^= 1
     # A view at an odd offset (no 16-byte vectors) that differs in its last byte.
     base = torch.zeros(1001, dtype=torch.uint8, device="cuda")
     other = base.clone()
