@@ -34,20 +34,21 @@ calls. Those are compared here: by the same launch (`_queue_batched`, with a que
 which the C entry routes every call here for while it holds a verdict), or with verify_tolerance,
 or outputs the bytes cannot tell (not contiguous, on several devices), by torch operations.
 
-What it costs, a sampled call on an H100 host beyond its replay: its eager forward and 4 to 8 us
-more, the comparison launched as a ready graph (backends/cuda/gf_cuda_compare_jobs.cu). Before:
-19 us with the queue kept here (the launch, a SampledCall handed up, the eager run's context and
-the bookkeeping), 9 us more than the eager forward; with the comparison in torch operations
-queued from here, 21 us for a pair's comparison and reduction alone and 93 to 205 us a sampled
-call in all; reading the result on the host at the sampled call itself (torch.equal) stalled the
-stream, 73 to 115 us on the H200 beside a 25 to 38 us eager forward. Every other call costs the
-call path one type test.
+What it costs, a sampled call on an H100 host beyond its replay: its eager forward and 6 to 9 us
+more, of which the comparison's kernel launch is 3.4 (a launch of an instantiated graph costs
+1.3). Before: 19 us with the queue kept here (the launch, a SampledCall handed up, the eager run's
+context and the bookkeeping), 9 us more than the eager forward; with the comparison in torch
+operations queued from here, 21 us for a pair's comparison and reduction alone and 93 to 205 us a
+sampled call in all; reading the result on the host at the sampled call itself (torch.equal)
+stalled the stream, 73 to 115 us on the H200 beside a 25 to 38 us eager forward. Every other
+call costs the call path one type test.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import threading
 from typing import Any, NamedTuple
 
 import torch
@@ -220,6 +221,9 @@ class Verifier:
         self._pending_bytes = 0
         self._spare_slots: list[_VerdictSlot] = []
         self._routed = False  # what the C entry was last told: verdicts are pending
+        # Threads calling one runner take turns on its queue: one verdict is read (and its slot
+        # made spare) once, however their bytecodes interleave.
+        self._queue_lock = threading.RLock()
 
     @staticmethod
     def of(verification: Verification | None) -> Verifier | NoVerifier:
@@ -257,11 +261,12 @@ class Verifier:
     def _drop_pending(self) -> None:
         """Drops the verdicts pending, once the device has run their comparisons: a comparison
         still running writes its slot's pinned byte, which torch hands out again once dropped."""
-        unwritten = [v.slot.device for v in self._pending if v.slot.byte[0] == _NOT_WRITTEN]
-        if unwritten and unwritten[0].type == "cuda":
-            torch.cuda.synchronize(unwritten[0])
-        self._pending.clear()
-        self._pending_bytes = 0
+        with self._queue_lock:
+            unwritten = [v.slot.device for v in self._pending if v.slot.byte[0] == _NOT_WRITTEN]
+            if unwritten and unwritten[0].type == "cuda":
+                torch.cuda.synchronize(unwritten[0])
+            self._pending.clear()
+            self._pending_bytes = 0
 
     def _route(self, pending: bool) -> None:
         """Tells the C entry whether to hand every call here (a verdict to read) or only the
@@ -354,8 +359,9 @@ class Verifier:
         return slot
 
     def _pend(self, verdict: _Verdict) -> None:
-        self._pending.append(verdict)
-        self._pending_bytes += verdict.nbytes
+        with self._queue_lock:
+            self._pending.append(verdict)
+            self._pending_bytes += verdict.nbytes
 
     def _full(self) -> bool:
         return len(self._pending) >= _PENDING_MOST or self._pending_bytes > _PENDING_BYTES_MOST
@@ -383,6 +389,10 @@ class Verifier:
     def _read_verdicts(self, runner: Any) -> bool:
         """Reads the verdicts the device has written, oldest first; True when one differed (the
         runner is then disabled)."""
+        with self._queue_lock:
+            return self._read_verdicts_held(runner)
+
+    def _read_verdicts_held(self, runner: Any) -> bool:
         while self._pending:
             verdict = self._pending[0]
             written = int(verdict.slot.byte[0])

@@ -7,6 +7,7 @@ launches, sizes that take its vector and byte paths, and a difference in the las
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
 import weakref
@@ -197,6 +198,41 @@ def test_a_runner_disabled_by_another_thread_while_it_samples_stays_whole(sample
     assert gf._call_state.verdicts_pending == 0
     with torch.no_grad():
         torch.testing.assert_close(gf(x)[1], module(x)[1], rtol=0, atol=0)
+
+
+def test_threads_sharing_a_runner_read_each_python_layer_verdict_once(
+    emulated_backend, monkeypatch
+):
+    """Nested outputs go through the Python layer's queue: two threads calling one runner, every
+    call sampled, each verdict read once (a verdict read twice would pop another unread, and hand
+    its slot out twice), and the runner stays enabled."""
+    monkeypatch.setattr(_verify, "DEFERRED_DEVICE_TYPES", ("cuda", "cpu"))
+    gf = GraphedForward(Outputs(), device="cpu", backend=emulated_backend, verify_every=1)
+    x = torch.ones(2, 4)
+    gf(x)
+    errors = []
+
+    def calls() -> None:
+        try:
+            for _ in range(300):
+                assert gf(x)["scale"] == 2
+        except Exception as error:  # reported below
+            errors.append(error)
+
+    workers = [threading.Thread(target=calls) for _ in range(2)]
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between nearly any two bytecodes
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert not errors, errors
+    assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
+    slots = gf._verifier._spare_slots
+    assert len({id(slot) for slot in slots}) == len(slots), "a slot made spare twice"
 
 
 def test_disabling_drops_the_pending_verdicts_and_their_outputs(sampled_on_the_cpu):
