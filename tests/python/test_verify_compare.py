@@ -174,27 +174,44 @@ def test_a_runner_disabled_during_a_sampled_calls_eager_run_answers_that_call(sa
     torch.testing.assert_close(gf(x), got, rtol=0, atol=0)  # eager from now on
 
 
+class CallingThreads:
+    """Threads each calling a runner `calls` times (checking each result with `check`), started
+    and joined around the block; the exceptions they raised, in `errors`."""
+
+    def __init__(self, gf: GraphedForward, x: torch.Tensor, threads: int, calls: int, check=None):
+        self.errors: list[Exception] = []
+
+        def run() -> None:
+            try:
+                for _ in range(calls):
+                    result = gf(x)
+                    if check is not None:
+                        check(result)
+            except Exception as error:  # reported by the test
+                self.errors.append(error)
+
+        self._workers = [threading.Thread(target=run) for _ in range(threads)]
+
+    def __enter__(self) -> CallingThreads:
+        for worker in self._workers:
+            worker.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for worker in self._workers:
+            worker.join()
+
+
 def test_a_runner_disabled_by_another_thread_while_it_samples_stays_whole(sampled_on_the_cpu):
     module = FlatOutputs()
     gf = sampled_on_the_cpu(module)
     x = torch.ones(2, 4)
     gf(x)
-    errors = []
-
-    def calls() -> None:
-        try:
-            for _ in range(400):
-                gf(x)
-        except Exception as error:  # reported below
-            errors.append(error)
-
-    worker = threading.Thread(target=calls)
-    worker.start()
-    for _ in range(20):
-        time.sleep(0.001)
-    gf.disable("disabled by another thread")
-    worker.join()
-    assert not errors, errors
+    with CallingThreads(gf, x, threads=1, calls=400) as threads:
+        for _ in range(20):
+            time.sleep(0.001)
+        gf.disable("disabled by another thread")
+    assert not threads.errors, threads.errors
     assert gf._call_state.verdicts_pending == 0
     with torch.no_grad():
         torch.testing.assert_close(gf(x)[1], module(x)[1], rtol=0, atol=0)
@@ -210,26 +227,18 @@ def test_threads_sharing_a_runner_read_each_python_layer_verdict_once(
     gf = GraphedForward(Outputs(), device="cpu", backend=emulated_backend, verify_every=1)
     x = torch.ones(2, 4)
     gf(x)
-    errors = []
 
-    def calls() -> None:
-        try:
-            for _ in range(300):
-                assert gf(x)["scale"] == 2
-        except Exception as error:  # reported below
-            errors.append(error)
+    def scaled(output) -> None:
+        assert output["scale"] == 2
 
-    workers = [threading.Thread(target=calls) for _ in range(2)]
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # threads switch between nearly any two bytecodes
     try:
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
+        with CallingThreads(gf, x, threads=2, calls=300, check=scaled) as threads:
+            pass
     finally:
         sys.setswitchinterval(switch)
-    assert not errors, errors
+    assert not threads.errors, threads.errors
     assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
     slots = gf._verifier._spare_slots
     assert len({id(slot) for slot in slots}) == len(slots), "a slot made spare twice"
