@@ -205,11 +205,11 @@ static void gf_verify_queue_wait(gf_verify_queue *queue) {
   }
 }
 
-/* The output tensors of both sides, in order, for a tensor, a tuple or list of tensors, or a dict
- * of tensors under the same keys in the same order (exact types): 0 with *got and *want the
- * tensors (borrowed from `result` and `expected`, or from `pair`, new lists of a dict's values
- * that the caller releases when *owned says so), 1 for any other structure or one that differs
- * (the Python layer compares), -1 on error. */
+/* The outputs of both sides, in order, for a tensor, a tuple or list, or a dict under the same
+ * keys in the same order (exact types): 0 with *got and *want the items (borrowed from `result`
+ * and `expected`, or from `pair`, new lists of a dict's values that the caller releases when
+ * *owned says so; whether each is a plain tensor, gf_verify_compare_queue looks), 1 for any other
+ * structure or one that differs (the Python layer compares), -1 on error. */
 static int gf_verify_output_tensors(PyObject *result, PyObject *expected, PyObject *pair[2],
                                     int *owned, PyObject *const **got, PyObject *const **want,
                                     Py_ssize_t *size) {
@@ -258,13 +258,7 @@ static int gf_verify_output_tensors(PyObject *result, PyObject *expected, PyObje
   }
   *got = PySequence_Fast_ITEMS(pair[0]);
   *want = PySequence_Fast_ITEMS(pair[1]);
-  for (Py_ssize_t i = 0; i < *size; ++i) {
-    if (!gf_fastcall_torch_is_plain_tensor((*got)[i]) ||
-        !gf_fastcall_torch_is_plain_tensor((*want)[i])) {
-      return 1;
-    }
-  }
-  return 0;
+  return 0; /* an item that is no plain tensor: gf_verify_compare_queue says so */
 }
 
 /* Queues the comparison of a sampled call's outputs: 1 queued (the queue holds both sides), 0
@@ -416,6 +410,14 @@ int gf_verify_sampled_init(PyObject *module) {
     if (gf_sampled_call_type == NULL) {
       return -1;
     }
+  }
+  /* The queue's bounds and the byte a verdict holds until written, which the Python layer's own
+   * queue (graphed._verify) keeps alike. */
+  if (PyModule_AddIntConstant(module, "VERDICTS_PENDING_MOST", GF_VERIFY_SLOTS_MOST) != 0 ||
+      PyModule_AddIntConstant(module, "VERDICT_BYTES_PENDING_MOST", (long)gf_verify_bytes_most) !=
+          0 ||
+      PyModule_AddIntConstant(module, "VERDICT_NOT_WRITTEN", GF_VERDICT_NOT_WRITTEN) != 0) {
+    return -1;
   }
   return PyModule_AddObjectRef(module, "SampledCall", (PyObject *)gf_sampled_call_type);
 }

@@ -172,10 +172,11 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
 
 # Verdicts of sampled calls that may wait for the device at once (and the bytes of outputs they
 # hold, for the report), so that sampling faster than the device answers (verify_every=1) holds
-# a bounded number of outputs; one more waits for the oldest.
-_PENDING_MOST = 32
-_PENDING_BYTES_MOST = 256 * 2**20
-_NOT_WRITTEN = 2  # a verdict byte the device has not written yet (it writes 0 or 1)
+# a bounded number of outputs; one more waits for the oldest. The fast entry's queue's bounds
+# (pyext/gf_verify_sampled.c), named once there.
+_PENDING_MOST = _fastcall.VERDICTS_PENDING_MOST
+_PENDING_BYTES_MOST = _fastcall.VERDICT_BYTES_PENDING_MOST
+_NOT_WRITTEN = _fastcall.VERDICT_NOT_WRITTEN  # a verdict byte not written yet (the device: 0 or 1)
 # Where a sampled call's comparison is queued and its verdict read at a later call; elsewhere
 # (the CPU, whose work is done as it is queued) the call compares at once. Tests widen it to
 # show the later reading on the CPU.
