@@ -109,22 +109,29 @@ class Verification(NamedTuple):
         """The first difference, and the pairs of tensors whose values were not compared
         (`values` False: structure, other leaves, dtypes and shapes only, nothing read from a
         device)."""
-        got, got_spec = pytree.tree_flatten_with_path(replayed)
-        want, want_spec = pytree.tree_flatten_with_path(expected)
-        if got_spec != want_spec:
-            return f"in the output's structure ({got_spec} against eager's {want_spec})", []
+        if type(replayed) is torch.Tensor and type(expected) is torch.Tensor:
+            got, want = [((), replayed)], [((), expected)]  # the common output, not flattened
+        else:
+            got, got_spec = pytree.tree_flatten_with_path(replayed)
+            want, want_spec = pytree.tree_flatten_with_path(expected)
+            if got_spec != want_spec:
+                return f"in the output's structure ({got_spec} against eager's {want_spec})", []
         unread = []
         for (path, leaf), (_, eager_leaf) in zip(got, want, strict=True):
-            where = f"at output{pytree.keystr(path)}"
-            if isinstance(leaf, torch.Tensor) and isinstance(eager_leaf, torch.Tensor):
+            is_tensor, eager_is_tensor = (isinstance(x, torch.Tensor) for x in (leaf, eager_leaf))
+            if is_tensor and eager_is_tensor:
                 if not values and leaf.dtype == eager_leaf.dtype and leaf.shape == eager_leaf.shape:
                     unread.append((leaf, eager_leaf))
                     continue
                 mismatch = self._tensor_difference(leaf, eager_leaf)
-                if mismatch is not None:
-                    return f"{where}: {mismatch}", []
-            elif leaf != eager_leaf:
-                return f"{where}: {leaf!r} against eager's {eager_leaf!r}", []
+            elif is_tensor or eager_is_tensor:  # != would compare a tensor elementwise
+                mismatch = f"{type(leaf).__name__} against eager's {type(eager_leaf).__name__}"
+            else:
+                mismatch = (
+                    None if leaf == eager_leaf else f"{leaf!r} against eager's {eager_leaf!r}"
+                )
+            if mismatch is not None:
+                return f"at output{pytree.keystr(path)}: {mismatch}", []
         return None, unread
 
     def differs_on_device(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -306,14 +313,12 @@ class Verifier:
         deferred = served > verification.calls
         if deferred and self._full() and self._wait_and_read(runner):  # an earlier one differed
             return expected
-        if deferred and verification.tolerance is None:
-            queued = self._queue_batched(runner, served, result, expected)
-            if queued is not None:
-                if queued:
-                    return result
-                deferred = False  # a difference the host sees: said now, with its path
         difference, unread = verification._difference(result, expected, values=not deferred)
         if difference is None and unread:
+            if verification.tolerance is None and self._queue_batched(
+                runner, served, unread, result, expected
+            ):
+                return result
             devices = {tensor.device for pair in unread for tensor in pair}
             if len(devices) == 1 and unread[0][0].device.type in DEFERRED_DEVICE_TYPES:
                 self._queue(verification.differs_on_device(unread), served, unread, result,
@@ -325,28 +330,25 @@ class Verifier:
         self._disable(runner, served, difference)
         return expected
 
-    def _queue_batched(self, runner: Any, served: int, result: Any, expected: Any) -> bool | None:
-        """Queues the bitwise comparison of every pair of output tensors in one launch, its
-        verdict written by the device (pyext/gf_verify_compare.c): True queued, False a
-        difference the host sees (structure, a leaf, a dtype or shape), None for the other way
-        (outputs the bytes cannot tell, a device that does not defer, a backend that cannot)."""
-        pairs = _tensor_pairs(result, expected)
-        if pairs is None:
-            return False
-        got, want = pairs
-        if not got:
-            return None  # nothing for the device: compared on the host at once
-        device = got[0].device
+    def _queue_batched(
+        self, runner: Any, served: int, pairs: list, result: Any, expected: Any
+    ) -> bool:
+        """Queues the bitwise comparison of the output tensors' `pairs` (of one dtype and shape
+        each) in one launch, its verdict written by the device (pyext/gf_verify_compare.c): False
+        where it queued nothing (a device that does not defer, bytes that cannot tell, a backend
+        that cannot), for the torch operations to compare."""
+        device = pairs[0][0].device
         if device.type not in DEFERRED_DEVICE_TYPES:
-            return None
+            return False
+        got, want = [left for left, _ in pairs], [right for _, right in pairs]
         slot = self._slot(device)
         try:
             queued = _fastcall.compare_later(runner.runner_id, got, want, slot.host, slot.scratch)
         except RuntimeError:  # the launch failed: this slot's scratch may hold a count
-            return None
+            return False
         if not queued:
             self._spare_slots.append(slot)
-            return queued
+            return False
         nbytes = 2 * sum(tensor.nbytes for tensor in got)
         self._pend(_Verdict(slot, served, result, expected, nbytes))
         return True
@@ -446,24 +448,3 @@ class NoVerifier:
 
 
 _NO_VERIFIER = NoVerifier()
-
-
-def _tensor_pairs(result: Any, expected: Any) -> tuple[list, list] | None:
-    """The output tensors of both sides, in order; None when what is not a tensor differs (the
-    structure, a leaf, where the tensors are)."""
-    if type(result) is torch.Tensor and type(expected) is torch.Tensor:
-        return [result], [expected]
-    got, got_spec = pytree.tree_flatten(result)
-    want, want_spec = pytree.tree_flatten(expected)
-    if got_spec != want_spec:
-        return None
-    got_tensors, want_tensors = [], []
-    for leaf, eager_leaf in zip(got, want, strict=True):
-        if isinstance(leaf, torch.Tensor) and isinstance(eager_leaf, torch.Tensor):
-            got_tensors.append(leaf)
-            want_tensors.append(eager_leaf)
-        elif isinstance(leaf, torch.Tensor) or isinstance(eager_leaf, torch.Tensor):
-            return None
-        elif leaf != eager_leaf:
-            return None
-    return got_tensors, want_tensors

@@ -6,6 +6,7 @@ launches, sizes that take its vector and byte paths, and a difference in the las
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 import threading
@@ -267,15 +268,24 @@ def test_verify_natively_refuses_what_it_cannot_use():
     assert state.verdicts_pending == 0
 
 
-def test_output_pairs_are_the_tensors_in_order_or_none_where_the_rest_differs():
-    a, b = torch.ones(2), torch.zeros(3)
-    assert _verify._tensor_pairs(a, b) == ([a], [b])
-    got, want = _verify._tensor_pairs({"x": (a, 1), "y": b}, {"x": (b, 1), "y": a})
-    assert [id(t) for t in got] == [id(a), id(b)] and [id(t) for t in want] == [id(b), id(a)]
-    assert _verify._tensor_pairs((a, 1), (a, 2)) is None  # a leaf
-    assert _verify._tensor_pairs((a, 1), (a, b)) is None  # a tensor where eager has none
-    assert _verify._tensor_pairs((a,), [a]) is None  # the structure
-    assert _verify._tensor_pairs((1, "s"), (1, "s")) == ([], [])
+def test_the_unread_pairs_are_the_tensors_in_order_or_none_where_the_rest_differs():
+    """What a deferred comparison queues: the tensor pairs whose values were not read, in order;
+    a difference the host sees without reading values (a leaf, a tensor where eager has none, the
+    structure, a shape) is said at once, with its path."""
+    a, b = torch.ones(2), torch.zeros(2)
+    pairs_of = functools.partial(_verify.Verification(0, None)._difference, values=False)
+    assert pairs_of(a, b) == (None, [(a, b)])
+    difference, pairs = pairs_of({"x": (a, 1), "y": b}, {"x": (b, 1), "y": a})
+    assert difference is None
+    assert [(id(got), id(want)) for got, want in pairs] == [(id(a), id(b)), (id(b), id(a))]
+    assert pairs_of((a, 1), (a, 2)) == ("at output[1]: 1 against eager's 2", [])  # a leaf
+    assert pairs_of((a, 1), (a, b)) == ("at output[1]: int against eager's Tensor", [])
+    assert pairs_of((a,), [a])[0].startswith("in the output's structure")
+    assert (
+        pairs_of(a, torch.ones(3))[0]
+        == "at output: torch.float32[2] against eager's torch.float32[3]"
+    )
+    assert pairs_of((1, "s"), (1, "s")) == (None, [])
 
 
 _SIZES = [1, 15, 16, 17, 4096, 4096 * 16 + 3, 2**20 + 5]
