@@ -285,12 +285,11 @@ class GraphedGeneration:
         # One graph per regime of the windows: a step's update writes at the length until a
         # window is full, and rolls it after.
         variant = held.serial | (full << 40)
-        if sliding:
-            length = sliding[0].cumulative_length_int
+        length = sliding[0].cumulative_length_int if sliding else 0
         step_kwargs = {key: value for key, value in kwargs.items() if key != name}
         in_flight = self._step._in_flight
         in_flight.cache, in_flight.name = cache, name
-        in_flight.sliding, in_flight.length = sliding, length if sliding else 0
+        in_flight.sliding, in_flight.length = sliding, length
         try:
             output = self.graphed(variant=variant, keep_alive=held.tensors, **step_kwargs)
         finally:
