@@ -270,9 +270,7 @@ class Verifier:
         """Drops the verdicts pending, once the device has run their comparisons: a comparison
         still running writes its slot's pinned byte, which torch hands out again once dropped."""
         with self._queue_lock:
-            unwritten = [v.slot.device for v in self._pending if v.slot.byte[0] == _NOT_WRITTEN]
-            if unwritten and unwritten[0].type == "cuda":
-                torch.cuda.synchronize(unwritten[0])
+            _wait_for_device(self._pending)
             self._pending.clear()
             self._pending_bytes = 0
 
@@ -373,8 +371,7 @@ class Verifier:
         """Sampled faster than the device answers: waits for the device to finish what was queued
         (the oldest verdict with it), then reads what is written."""
         oldest = self._pending[0]
-        if oldest.slot.byte[0] == _NOT_WRITTEN and oldest.slot.device.type == "cuda":
-            torch.cuda.synchronize(oldest.slot.device)
+        _wait_for_device([oldest])
         if oldest.slot.byte[0] == _NOT_WRITTEN:  # its work failed on the device: never written
             self._pending.popleft()
             self._pending_bytes -= oldest.nbytes
@@ -435,6 +432,16 @@ class Verifier:
             )
         # Said once: the disable's own report (graphed._observe) names the reason.
         runner.disable(reason, "verify")
+
+
+def _wait_for_device(verdicts: Any) -> None:
+    """Waits for the device to finish what was queued if one of `verdicts` is not written yet
+    (the CPU's are written as they are queued)."""
+    for verdict in verdicts:
+        slot = verdict.slot
+        if slot.byte[0] == _NOT_WRITTEN and slot.device.type == "cuda":
+            torch.cuda.synchronize(slot.device)
+            return
 
 
 class NoVerifier:
