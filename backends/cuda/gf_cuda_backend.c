@@ -6,7 +6,6 @@
  * in the table directly. */
 #include "gf_cuda_backend.h"
 #include "gf_cuda_compare.h"
-#include "gf_cuda_compare_jobs.h"
 #include "gf_cuda_copy.h"
 #include "gf_cuda_torch.h"
 
@@ -57,7 +56,6 @@ static gf_status gf_cuda_runner_create(void *context, int device_index, void *po
 
 static void gf_cuda_runner_destroy(void *context, void *state) {
   (void)context;
-  gf_cuda_compare_jobs_free(((gf_cuda_runner *)state)->compare_jobs);
   gf_cuda_torch_runner_destroy(((gf_cuda_runner *)state)->torch);
   free(state);
 }
@@ -207,9 +205,7 @@ static gf_status gf_cuda_compare_later_hook(void *context, void *state, const gf
                                             size_t count, uint8_t *verdict, uint32_t *scratch,
                                             gf_error *err) {
   (void)context;
-  gf_cuda_runner *runner = state;
-  int error = gf_cuda_compare_later(&runner->compare_jobs, pairs, count, verdict, scratch,
-                                    gf_cuda_current_stream(state));
+  int error = gf_cuda_compare_later(pairs, count, verdict, scratch, gf_cuda_current_stream(state));
   if (error == cudaErrorInvalidValue) {
     return gf_error_set(err, GF_ERR_NOT_FOUND,
                         "graphed: the device cannot write the verdict's host byte");

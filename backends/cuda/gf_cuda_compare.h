@@ -7,7 +7,6 @@
 #define GF_CUDA_COMPARE_H
 
 #include "gf_backend.h"
-#include "gf_cuda_compare_jobs.h"
 
 #include <cuda_runtime_api.h>
 
@@ -21,13 +20,13 @@ extern "C" {
 enum { GF_CUDA_COMPARES_PER_LAUNCH = 64 };
 
 /* Queues the comparison of `count` pairs (each gf_copy's dst with its src, `bytes` long) on
- * stream, through a ready graph of *jobs (the runner's, gf_cuda_compare_jobs.h) where it can, else
- * as kernel launches; the last block to finish writes 0 or 1 to `verdict` (pinned host memory the
- * device can reach) and zeroes `scratch` (two 32-bit words of device memory, zero on entry).
- * Returns 0, cudaErrorInvalidValue for a verdict the device cannot write (nothing queued), or the
+ * stream, as a ready graph where it can (gf_cuda_compare_jobs.h), else as kernel launches; the
+ * last block to finish writes 0 or 1 to `verdict` (pinned host memory the device can
+ * reach) and zeroes `scratch` (two 32-bit words of device memory, zero on entry). Returns 0,
+ * cudaErrorInvalidValue for a verdict the device cannot write (nothing queued), or the
  * cudaError_t of a launch. */
-int gf_cuda_compare_later(gf_cuda_compare_jobs **jobs, const gf_copy *pairs, size_t count,
-                          uint8_t *verdict, uint32_t *scratch, cudaStream_t stream);
+int gf_cuda_compare_later(const gf_copy *pairs, size_t count, uint8_t *verdict, uint32_t *scratch,
+                          cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -3,27 +3,29 @@
 // pair after loading the job into shared memory, compares 16-byte vectors where both ends and the
 // chunk allow it, else bytes, and ends as the batched comparison does (gf_cuda_compare.cu): a block
 // that found a difference sets scratch[0], every block counts itself in scratch[1], and the last
-// zeroes both, clears the job's in-flight flag and writes the verdict. The host rewrites a job
-// only while that flag is clear (else it launches a kernel), so no queued launch reads another's.
+// zeroes both, clears the job's in-flight flag and writes the verdict. The host takes a job only
+// while that flag is clear, so no queued launch reads another comparison's pairs.
 #include "gf_cuda_compare_jobs.h"
 
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <mutex>
 #include <new>
 #include <stdint.h>
 
 namespace {
 
 constexpr int kJobPairs = 64;
-constexpr int kJobSlots = 48; // verdict bytes a runner may use: its queue's 32, Python's few
+constexpr int kJobsPerDevice = 64; // comparisons in flight at once on a device, before kernels
+constexpr int kDevicesMost = 64;
 constexpr int kThreads = 256;
 constexpr unsigned kJobBlocks = 256;
 constexpr unsigned long long kChunkBytes = 8192;
 
 struct CompareJob { // in mapped pinned host memory: written by the host, read by the device
   unsigned count;
-  unsigned in_flight; // set by the host before a launch, cleared by its last block
+  unsigned in_flight; // set by the host that takes the job, cleared by its launch's last block
   unsigned long long chunks;
   unsigned long long first_chunk[kJobPairs];
   const char *left[kJobPairs];
@@ -38,37 +40,40 @@ struct CompareJob { // in mapped pinned host memory: written by the host, read b
 constexpr unsigned kFewBlocks = 4;
 constexpr unsigned long long kFewBlocksBytes = 256 * 1024;
 
-struct JobSlot {
-  uint8_t *verdict_host;
-  cudaGraphExec_t exec[2]; // over kFewBlocks, over kJobBlocks (made when first needed)
+// A device's jobs, shared by every runner on it and never freed: a runner's teardown makes no
+// CUDA call (cudaFreeHost would wait for the whole device, and at exit the runtime may be gone).
+struct DeviceJobs {
+  std::mutex lock;              // taking a job, and making the jobs
+  bool made = false;            // the jobs were asked for (host_jobs is null where that failed)
+  std::atomic<bool> unusable{}; // no pinned jobs, or a graph failed: kernel launches from then on
+  CompareJob *host_jobs = nullptr;
+  CompareJob *device_jobs = nullptr;            // the same, as the device addresses them
+  cudaGraphExec_t exec[kJobsPerDevice][2] = {}; // over kFewBlocks, over kJobBlocks (made lazily)
 };
 
-// Pinned allocations, frees and graph making are calls CUDA prohibits while another thread
-// captures in global mode (the default of torch.cuda.graph), and making them would invalidate
-// that capture; this thread makes them in relaxed mode, which prohibits nothing.
+DeviceJobs &jobs_of(int device_index) {
+  static DeviceJobs *const all = new DeviceJobs[kDevicesMost]; // never freed (see DeviceJobs)
+  return all[device_index];
+}
+
+// Pinned allocations and graph making are calls CUDA prohibits while another thread captures in
+// global mode (torch.cuda.graph's default), and making them would invalidate that capture; this
+// thread makes them in relaxed mode, which prohibits nothing.
 class RelaxedCaptureMode {
 public:
-  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode() { exchanged_ = cudaThreadExchangeStreamCaptureMode(&mode_) == cudaSuccess; }
+  ~RelaxedCaptureMode() {
+    if (exchanged_) {
+      cudaThreadExchangeStreamCaptureMode(&mode_);
+    }
+  }
   RelaxedCaptureMode(const RelaxedCaptureMode &) = delete;
   RelaxedCaptureMode &operator=(const RelaxedCaptureMode &) = delete;
 
 private:
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool exchanged_ = false;
 };
-
-} // namespace
-
-struct gf_cuda_compare_jobs {
-  int device_index;        // the device its graphs were made on
-  int used;                // slots made
-  bool unusable;           // no pinned jobs, or a graph failed: kernel launches from then on
-  CompareJob *host_jobs;   // kJobSlots jobs
-  CompareJob *device_jobs; // the same, as the device addresses them
-  JobSlot slots[kJobSlots];
-};
-
-namespace {
 
 __device__ bool chunk_differs(const char *left, const char *right, unsigned long long from,
                               unsigned long long to) {
@@ -139,41 +144,15 @@ __global__ void gf_compare_job_kernel(CompareJob *job) {
   if (atomicAdd(&scratch[1], 1u) + 1 == gridDim.x) {
     const uint32_t found_any = atomicExch(&scratch[0], 0u);
     atomicExch(&scratch[1], 0u);
-    __threadfence(); // the scratch is zero before the host can see the verdict and reuse it
-    // Every block read the job before it counted itself: the job is free before the verdict is
-    // seen, so a verdict byte handed again once written finds its job free.
+    // The scratch is zero, and every block read the job before it counted itself: the job is
+    // free before the verdict is seen, so a comparison queued after the verdict was read finds it
+    // free.
+    __threadfence_system();
     *reinterpret_cast<volatile unsigned *>(&job->in_flight) = 0;
     __threadfence_system();
     *reinterpret_cast<volatile uint8_t *>(verdict) = found_any != 0 ? 1 : 0;
     __threadfence_system();
   }
-}
-
-// A runner's jobs on `device_index`; marked unusable when no mapped pinned memory could be had,
-// so that later comparisons launch kernels without trying again. NULL only without host memory.
-gf_cuda_compare_jobs *make_jobs(int device_index) {
-  gf_cuda_compare_jobs *jobs = new (std::nothrow) gf_cuda_compare_jobs{};
-  if (jobs == nullptr) {
-    return nullptr;
-  }
-  jobs->device_index = device_index;
-  RelaxedCaptureMode relaxed;
-  void *device_address = nullptr;
-  if (cudaHostAlloc(reinterpret_cast<void **>(&jobs->host_jobs), kJobSlots * sizeof(CompareJob),
-                    cudaHostAllocMapped) != cudaSuccess ||
-      cudaHostGetDevicePointer(&device_address, jobs->host_jobs, 0) != cudaSuccess) {
-    cudaGetLastError(); // no mapped pinned memory: the comparison is launched as a kernel
-    if (jobs->host_jobs != nullptr) {
-      cudaFreeHost(jobs->host_jobs);
-      jobs->host_jobs = nullptr;
-    }
-    jobs->unusable = true;
-    return jobs;
-  }
-  for (int i = 0; i < kJobSlots; ++i)
-    jobs->host_jobs[i].in_flight = 0;
-  jobs->device_jobs = static_cast<CompareJob *>(device_address);
-  return jobs;
 }
 
 // The graph of one job: its kernel, over the fixed grid, reading the job at its device address.
@@ -202,45 +181,73 @@ cudaError_t make_graph(CompareJob *device_job, unsigned blocks, cudaGraphExec_t 
   return error;
 }
 
-// The slot of `verdict_host`, made if new: its index, or -1 when there is no room.
-int slot_of(gf_cuda_compare_jobs *jobs, uint8_t *verdict_host) {
-  for (int i = 0; i < jobs->used; ++i) {
-    if (jobs->slots[i].verdict_host == verdict_host) {
-      return i;
+// Allocates a device's jobs once (its lock held); a failure leaves them unusable.
+void make_jobs(DeviceJobs &jobs) {
+  jobs.made = true;
+  RelaxedCaptureMode relaxed;
+  void *device_address = nullptr;
+  if (cudaHostAlloc(reinterpret_cast<void **>(&jobs.host_jobs), kJobsPerDevice * sizeof(CompareJob),
+                    cudaHostAllocMapped) != cudaSuccess ||
+      cudaHostGetDevicePointer(&device_address, jobs.host_jobs, 0) != cudaSuccess) {
+    cudaGetLastError(); // no mapped pinned memory: the comparisons are launched as kernels
+    jobs.unusable = true;
+    return; // a block allocated but not mapped is kept: freeing it would wait for the device
+  }
+  for (int i = 0; i < kJobsPerDevice; ++i) {
+    jobs.host_jobs[i].in_flight = 0;
+  }
+  jobs.device_jobs = static_cast<CompareJob *>(device_address);
+}
+
+// Takes the first free job of the device (its in-flight flag set) and its graph over `blocks`
+// (made if new): the job's index, or -1 when every job is in flight or none can be had.
+int take_job(DeviceJobs &jobs, int many, cudaGraphExec_t *exec) {
+  std::lock_guard<std::mutex> held(jobs.lock);
+  if (!jobs.made) {
+    make_jobs(jobs);
+  }
+  for (int i = 0; !jobs.unusable && i < kJobsPerDevice; ++i) {
+    volatile unsigned *in_flight = &jobs.host_jobs[i].in_flight;
+    if (*in_flight != 0) {
+      continue;
     }
+    if (jobs.exec[i][many] == nullptr &&
+        make_graph(jobs.device_jobs + i, many ? kJobBlocks : kFewBlocks, &jobs.exec[i][many]) !=
+            cudaSuccess) {
+      cudaGetLastError();
+      jobs.unusable = true; // kernel launches from now on
+      return -1;
+    }
+    *in_flight = 1;
+    *exec = jobs.exec[i][many];
+    return i;
   }
-  if (jobs->used == kJobSlots) {
-    return -1;
-  }
-  jobs->slots[jobs->used] = JobSlot{verdict_host, {nullptr, nullptr}};
-  return jobs->used++;
+  return -1;
 }
 
 } // namespace
 
-extern "C" int gf_cuda_compare_job(gf_cuda_compare_jobs **jobs, const gf_copy *pairs, size_t count,
-                                   uint8_t *verdict_host, uint8_t *verdict_device,
+extern "C" int gf_cuda_compare_job(const gf_copy *pairs, size_t count, uint8_t *verdict_device,
                                    uint32_t *scratch, cudaStream_t stream) {
   int device_index = -1;
   if (count == 0 || count > static_cast<size_t>(kJobPairs) ||
-      cudaGetDevice(&device_index) != cudaSuccess) {
+      cudaGetDevice(&device_index) != cudaSuccess || device_index < 0 ||
+      device_index >= kDevicesMost) {
     return 0;
   }
-  if (*jobs == nullptr) {
-    *jobs = make_jobs(device_index);
-  }
-  if (*jobs == nullptr || (*jobs)->unusable || (*jobs)->device_index != device_index) {
-    return 0;
-  }
-  const int slot = slot_of(*jobs, verdict_host);
-  if (slot < 0) {
-    return 0;
-  }
-  CompareJob *job = (*jobs)->host_jobs + slot;
-  if (*reinterpret_cast<volatile unsigned *>(&job->in_flight) != 0) {
-    return 0; // its last launch has not read it all yet: this comparison is launched as a kernel
-  }
+  DeviceJobs &jobs = jobs_of(device_index);
   unsigned long long chunks = 0;
+  for (size_t i = 0; i < count; ++i) {
+    chunks += (pairs[i].bytes + kChunkBytes - 1) / kChunkBytes;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const int index =
+      jobs.unusable ? -1 : take_job(jobs, chunks * kChunkBytes > kFewBlocksBytes, &exec);
+  if (index < 0) {
+    return 0;
+  }
+  CompareJob *job = jobs.host_jobs + index; // this thread's alone until its launch frees it
+  chunks = 0;
   for (size_t i = 0; i < count; ++i) {
     job->first_chunk[i] = chunks;
     job->left[i] = static_cast<const char *>(pairs[i].dst);
@@ -252,49 +259,14 @@ extern "C" int gf_cuda_compare_job(gf_cuda_compare_jobs **jobs, const gf_copy *p
   job->chunks = chunks;
   job->verdict = verdict_device;
   job->scratch = scratch;
-  const int many = chunks * kChunkBytes > kFewBlocksBytes;
-  cudaGraphExec_t *exec = &(*jobs)->slots[slot].exec[many];
-  cudaError_t error = cudaSuccess;
-  if (*exec == nullptr) {
-    error = make_graph((*jobs)->device_jobs + slot, many ? kJobBlocks : kFewBlocks, exec);
-  }
-  if (error == cudaSuccess) {
-    *reinterpret_cast<volatile unsigned *>(&job->in_flight) = 1;
-    std::atomic_thread_fence(std::memory_order_seq_cst); // the job is written before the launch
-    error = cudaGraphLaunch(*exec, stream);
-  }
-  if (error != cudaSuccess) {
+  std::atomic_thread_fence(std::memory_order_seq_cst); // the job is written before the launch
+  if (cudaGraphLaunch(exec, stream) != cudaSuccess) {
     // Nothing was queued: the error is cleared and the comparison launched as a kernel, which
-    // reports an error the device holds; no graph is tried again.
-    job->in_flight = 0;
+    // reports an error the device holds; no graph is tried again on this device.
+    jobs.unusable = true;
     cudaGetLastError();
-    (*jobs)->unusable = true;
+    *reinterpret_cast<volatile unsigned *>(&job->in_flight) = 0;
     return 0;
   }
   return 1;
-}
-
-extern "C" void gf_cuda_compare_jobs_free(gf_cuda_compare_jobs *jobs) {
-  if (jobs == nullptr) {
-    return;
-  }
-  bool running = false; // a launch the device has not finished (it failed there, or still runs)
-  for (int i = 0; jobs->host_jobs != nullptr && i < jobs->used; ++i) {
-    running = running || *reinterpret_cast<volatile unsigned *>(&jobs->host_jobs[i].in_flight) != 0;
-  }
-  if (!running) { // else the jobs and graphs are kept: the device may read them still
-    RelaxedCaptureMode relaxed;
-    for (int i = 0; i < jobs->used; ++i) {
-      for (cudaGraphExec_t exec : jobs->slots[i].exec) {
-        if (exec != nullptr) {
-          cudaGraphExecDestroy(exec);
-        }
-      }
-    }
-    if (jobs->host_jobs != nullptr) {
-      cudaFreeHost(jobs->host_jobs);
-    }
-    cudaGetLastError(); // at exit the runtime may be gone: nothing to report to
-  }
-  delete jobs;
 }

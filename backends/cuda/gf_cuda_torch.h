@@ -34,8 +34,7 @@ typedef struct gf_cuda_torch_graph gf_cuda_torch_graph;
 /* The backend's per-runner state (the hooks' `state`), shared by both halves. */
 typedef struct gf_cuda_runner {
   gf_cuda_torch_runner *torch;
-  int recorded[2];                           /* which copy nodes the capture in progress recorded */
-  struct gf_cuda_compare_jobs *compare_jobs; /* verify mode's comparison graphs, or NULL */
+  int recorded[2]; /* which copy nodes the capture in progress recorded */
 } gf_cuda_runner;
 
 /* ---- hooks (gf_backend.h signatures; state is a gf_cuda_runner) ---------------------------- */

@@ -312,15 +312,16 @@ def test_the_kernel_finds_one_differing_byte_anywhere(pairs):
             assert host.item() == 1, (which, at)
             assert scratch.tolist() == [0, 0]
             want[which][at] ^= 1
-    # More verdict bytes than a runner keeps ready graphs for (48): the rest are launched as
-    # kernels, with the same verdicts.
-    slots = [_slot("cuda") for _ in range(52)]
+    # More comparisons in flight than a device has jobs for ready graphs (64): the rest are
+    # launched as kernels, with the same verdicts.
+    slots = [_slot("cuda") for _ in range(70)]
     want[0][-1] ^= 1
+    torch.cuda._sleep(100_000_000)  # every comparison queues behind this
     for index, (byte, words) in enumerate(slots):
         equal = index % 2 == 0
         assert _fastcall.compare_later(gf.runner_id, got, want if not equal else got, byte, words)
     torch.cuda.synchronize()
-    assert [byte.item() for byte, _ in slots] == [index % 2 for index in range(52)]
+    assert [byte.item() for byte, _ in slots] == [index % 2 for index in range(70)]
     want[0][-1] ^= 1
     # A view at an odd offset (no 16-byte vectors) that differs in its last byte.
     base = torch.zeros(1001, dtype=torch.uint8, device="cuda")
@@ -335,15 +336,15 @@ def test_the_kernel_finds_one_differing_byte_anywhere(pairs):
 @on_gpu
 def test_a_verdict_byte_handed_again_before_its_comparison_ran_keeps_both_verdicts():
     """The same verdict byte handed twice while the stream is busy: the second comparison is not
-    written into the job the first's queued launch is still to read (it goes out as a kernel), so
-    the first still compares its own pairs. Each verdict is read in stream order."""
+    written into the job the first's queued launch is still to read (it takes another), so the
+    first still compares its own pairs. Each verdict is read in stream order."""
     gf = _captured(None, "cuda")
     same = torch.zeros(4096, dtype=torch.uint8, device="cuda")
     other = same.clone()
     other[-1] = 1
     host, scratch = _slot("cuda")
     assert _fastcall.compare_later(gf.runner_id, [same], [same.clone()], host, scratch)
-    torch.cuda.synchronize()  # the byte's ready graph is made, its job free
+    torch.cuda.synchronize()  # a job's ready graph is made, the job free again
     seen = torch.full((2,), 9, dtype=torch.uint8, device="cuda")
     torch.cuda._sleep(200_000_000)  # both comparisons queue behind this
     assert _fastcall.compare_later(gf.runner_id, [same], [same.clone()], host, scratch)
@@ -353,7 +354,7 @@ def test_a_verdict_byte_handed_again_before_its_comparison_ran_keeps_both_verdic
     torch.cuda.synchronize()
     assert seen.tolist() == [0, 1]
     assert scratch.tolist() == [0, 0]
-    # Its job free again once the device ran it: the byte's graph serves the next comparison.
+    # The jobs free again once the device ran them.
     host.fill_(2)
     assert _fastcall.compare_later(gf.runner_id, [same], [other], host, scratch)
     torch.cuda.synchronize()
