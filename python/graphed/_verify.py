@@ -15,8 +15,8 @@ reset, or not at all.
 `verify_every=K` (or `GRAPHED_VERIFY_EVERY=K`) samples after that window: one call in K of each
 graph is compared the same way, so that a change graphed cannot see is caught in serving, at the
 cost of one eager forward per sampled call. A sampled call on a CUDA device compares on the device
-and does not wait for it: every pair of output tensors is compared bitwise in one kernel launch
-(the backend's compare_later), whose last block writes the verdict (one byte) into pinned host
+and does not wait for it: every pair of output tensors is compared bitwise in one launch (the
+backend's compare_later), whose last block writes the verdict (one byte) into pinned host
 memory; the call returns the graph's result, and a later call reads the byte once the device wrote
 it. A difference then disables the runner with the path and the largest difference, as above,
 and that call returns eager's result.
@@ -34,9 +34,9 @@ calls. Those are compared here: by the same launch (`_queue_batched`, with a que
 which the C entry routes every call here for while it holds a verdict), or with verify_tolerance,
 or outputs the bytes cannot tell (not contiguous, on several devices), by torch operations.
 
-What it costs, a sampled call on an H100 host beyond its replay: its eager forward and 6 to 9 us
-more, of which the comparison's kernel launch is 3.4 (a launch of an instantiated graph costs
-1.3). Before: 19 us with the queue kept here (the launch, a SampledCall handed up, the eager run's
+What it costs, a sampled call on an H100 host beyond its replay: its eager forward and about 5 us
+more, of which the comparison's launch is 1.3 (a ready graph, backends/cuda/gf_cuda_compare_jobs.h;
+a kernel launch cost 3.4, and the sampled call 6 to 9 us beyond its eager forward). Before: 19 us with the queue kept here (the launch, a SampledCall handed up, the eager run's
 context and the bookkeeping), 9 us more than the eager forward; with the comparison in torch
 operations queued from here, 21 us for a pair's comparison and reduction alone and 93 to 205 us a
 sampled call in all; reading the result on the host at the sampled call itself (torch.equal)
