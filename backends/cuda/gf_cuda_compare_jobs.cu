@@ -49,11 +49,14 @@ struct DeviceJobs {
   CompareJob *host_jobs = nullptr;
   CompareJob *device_jobs = nullptr;            // the same, as the device addresses them
   cudaGraphExec_t exec[kJobsPerDevice][2] = {}; // over kFewBlocks, over kJobBlocks (made lazily)
+  // A job's graph being launched: its kernel may free the job before cudaGraphLaunch returns, and
+  // CUDA does not allow one graph to be launched from two threads at once.
+  std::atomic<bool> launching[kJobsPerDevice] = {};
 };
 
-DeviceJobs &jobs_of(int device_index) {
-  static DeviceJobs *const all = new DeviceJobs[kDevicesMost]; // never freed (see DeviceJobs)
-  return all[device_index];
+DeviceJobs *jobs_of(int device_index) {
+  static DeviceJobs *const all = new (std::nothrow) DeviceJobs[kDevicesMost]; // never freed
+  return all != nullptr ? all + device_index : nullptr;
 }
 
 // Pinned allocations and graph making are calls CUDA prohibits while another thread captures in
@@ -208,7 +211,7 @@ int take_job(DeviceJobs &jobs, int many, cudaGraphExec_t *exec) {
   }
   for (int i = 0; !jobs.unusable && i < kJobsPerDevice; ++i) {
     volatile unsigned *in_flight = &jobs.host_jobs[i].in_flight;
-    if (*in_flight != 0) {
+    if (*in_flight != 0 || jobs.launching[i].load(std::memory_order_acquire)) {
       continue;
     }
     if (jobs.exec[i][many] == nullptr &&
@@ -219,34 +222,40 @@ int take_job(DeviceJobs &jobs, int many, cudaGraphExec_t *exec) {
       return -1;
     }
     *in_flight = 1;
+    jobs.launching[i].store(true, std::memory_order_relaxed);
     *exec = jobs.exec[i][many];
     return i;
   }
   return -1;
 }
 
-} // namespace
-
-extern "C" int gf_cuda_compare_job(const gf_copy *pairs, size_t count, uint8_t *verdict_device,
-                                   uint32_t *scratch, cudaStream_t stream) {
+// gf_cuda_compare_job, which catches what the lock may throw.
+int queue_job(const gf_copy *pairs, size_t count, uint8_t *verdict_device, uint32_t *scratch,
+              cudaStream_t stream) {
   int device_index = -1;
+  int stream_device = -1;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (count == 0 || count > static_cast<size_t>(kJobPairs) ||
       cudaGetDevice(&device_index) != cudaSuccess || device_index < 0 ||
-      device_index >= kDevicesMost) {
+      device_index >= kDevicesMost || cudaStreamGetDevice(stream, &stream_device) != cudaSuccess ||
+      stream_device != device_index || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    cudaGetLastError(); // a stream of another device, or captured: launched as a kernel
     return 0;
   }
-  DeviceJobs &jobs = jobs_of(device_index);
+  DeviceJobs *jobs = jobs_of(device_index);
   unsigned long long chunks = 0;
   for (size_t i = 0; i < count; ++i) {
     chunks += (pairs[i].bytes + kChunkBytes - 1) / kChunkBytes;
   }
   cudaGraphExec_t exec = nullptr;
-  const int index =
-      jobs.unusable ? -1 : take_job(jobs, chunks * kChunkBytes > kFewBlocksBytes, &exec);
+  const int index = jobs == nullptr || jobs->unusable
+                        ? -1
+                        : take_job(*jobs, chunks * kChunkBytes > kFewBlocksBytes, &exec);
   if (index < 0) {
     return 0;
   }
-  CompareJob *job = jobs.host_jobs + index; // this thread's alone until its launch frees it
+  CompareJob *job = jobs->host_jobs + index; // this thread's alone until its launch frees it
   chunks = 0;
   for (size_t i = 0; i < count; ++i) {
     job->first_chunk[i] = chunks;
@@ -260,13 +269,25 @@ extern "C" int gf_cuda_compare_job(const gf_copy *pairs, size_t count, uint8_t *
   job->verdict = verdict_device;
   job->scratch = scratch;
   std::atomic_thread_fence(std::memory_order_seq_cst); // the job is written before the launch
-  if (cudaGraphLaunch(exec, stream) != cudaSuccess) {
+  const bool launched = cudaGraphLaunch(exec, stream) == cudaSuccess;
+  if (!launched) {
     // Nothing was queued: the error is cleared and the comparison launched as a kernel, which
     // reports an error the device holds; no graph is tried again on this device.
-    jobs.unusable = true;
+    jobs->unusable = true;
     cudaGetLastError();
     *reinterpret_cast<volatile unsigned *>(&job->in_flight) = 0;
+  }
+  jobs->launching[index].store(false, std::memory_order_release);
+  return launched ? 1 : 0;
+}
+
+} // namespace
+
+extern "C" int gf_cuda_compare_job(const gf_copy *pairs, size_t count, uint8_t *verdict_device,
+                                   uint32_t *scratch, cudaStream_t stream) {
+  try {
+    return queue_job(pairs, count, verdict_device, scratch, stream);
+  } catch (...) { // std::mutex::lock's system_error: launched as a kernel
     return 0;
   }
-  return 1;
 }

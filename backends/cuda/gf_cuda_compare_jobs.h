@@ -20,12 +20,13 @@ extern "C" {
 
 /* Queues on stream the comparison of `count` pairs (each gf_copy's dst with its src) through the
  * ready graph of a free job of the current device (its jobs made on first use): 1 queued, or 0 not
- * taken, for the caller to launch it as a kernel (more pairs than a job holds, every job of the
- * device in flight, or no mapped pinned memory or a graph that could not be made or launched,
- * after which none is tried again on that device). The device writes the verdict through
- * `verdict_device` and counts in `scratch` as gf_cuda_compare_later says. A device's jobs serve
- * every runner on it, from any thread, and are never freed: a runner's teardown makes no CUDA
- * call. */
+ * taken, for the caller to launch it as a kernel (more pairs than a job holds, a stream of another
+ * device or one being captured, every job of the device in flight, or no mapped pinned memory or
+ * a graph that could not be made or launched, after which none is tried again on that device).
+ * The device writes the verdict through `verdict_device` and counts in `scratch` as
+ * gf_cuda_compare_later says. A device's jobs serve every runner on it, from any thread, and are
+ * never freed: a runner's teardown makes no CUDA call. They belong to the device's primary
+ * context: a process that resets the device (cudaDeviceReset) must not compare afterwards. */
 int gf_cuda_compare_job(const gf_copy *pairs, size_t count, uint8_t *verdict_device,
                         uint32_t *scratch, cudaStream_t stream);
 

@@ -362,6 +362,43 @@ def test_a_verdict_byte_handed_again_before_its_comparison_ran_keeps_both_verdic
 
 
 @on_gpu
+def test_two_runners_on_two_threads_share_the_devices_jobs_with_every_verdict_right():
+    """Two runners queue 40 comparisons each from their own threads behind a busy stream: more
+    than a device's 64 jobs in flight, taken by both, the rest launched as kernels."""
+    runners = [_captured(None, "cuda") for _ in range(2)]
+    same = torch.zeros(4096, dtype=torch.uint8, device="cuda")
+    other = same.clone()
+    other[-1] = 1
+    slots = {which: [_slot("cuda") for _ in range(40)] for which in range(2)}
+    queued: dict[int, list] = {}
+
+    def compare(which: int) -> None:
+        queued[which] = [
+            _fastcall.compare_later(
+                runners[which].runner_id,
+                [same],
+                [other if (index + which) % 3 == 0 else same.clone()],
+                byte,
+                words,
+            )
+            for index, (byte, words) in enumerate(slots[which])
+        ]
+
+    torch.cuda._sleep(100_000_000)
+    threads = [threading.Thread(target=compare, args=(which,)) for which in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    torch.cuda.synchronize()
+    for which in range(2):
+        assert queued[which] == [True] * 40
+        verdicts = [byte.item() for byte, _ in slots[which]]
+        assert verdicts == [int((index + which) % 3 == 0) for index in range(40)], which
+        assert all(words.tolist() == [0, 0] for _, words in slots[which])
+
+
+@on_gpu
 def test_sampling_faster_than_the_device_answers_waits_and_stays_faithful():
     """verify_every=1 on a forward the device takes longer for than the host: the fast entry's
     queue fills (32 verdicts), waits for the device, and every call still returns eager's
