@@ -202,8 +202,8 @@ void make_jobs(DeviceJobs &jobs) {
   jobs.device_jobs = static_cast<CompareJob *>(device_address);
 }
 
-// Takes the first free job of the device (its in-flight flag set) and its graph over `blocks`
-// (made if new): the job's index, or -1 when every job is in flight or none can be had.
+// Takes the first free job of the device (its in-flight flag set) and its graph over many blocks
+// or few (made if new): the job's index, or -1 when every job is in flight or none can be had.
 int take_job(DeviceJobs &jobs, int many, cudaGraphExec_t *exec) {
   std::lock_guard<std::mutex> held(jobs.lock);
   if (!jobs.made) {
@@ -232,16 +232,21 @@ int take_job(DeviceJobs &jobs, int many, cudaGraphExec_t *exec) {
 // gf_cuda_compare_job, which catches what the lock may throw.
 int queue_job(const gf_copy *pairs, size_t count, uint8_t *verdict_device, uint32_t *scratch,
               cudaStream_t stream) {
+  if (count == 0 || count > static_cast<size_t>(kJobPairs)) {
+    return 0;
+  }
   int device_index = -1;
   int stream_device = -1;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (count == 0 || count > static_cast<size_t>(kJobPairs) ||
-      cudaGetDevice(&device_index) != cudaSuccess || device_index < 0 ||
-      device_index >= kDevicesMost || cudaStreamGetDevice(stream, &stream_device) != cudaSuccess ||
-      stream_device != device_index || cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
-    cudaGetLastError(); // a stream of another device, or captured: launched as a kernel
+  if (cudaGetDevice(&device_index) != cudaSuccess ||
+      cudaStreamGetDevice(stream, &stream_device) != cudaSuccess ||
+      cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    cudaGetLastError(); // the kernel launch reports what the device holds
     return 0;
+  }
+  if (device_index < 0 || device_index >= kDevicesMost || stream_device != device_index ||
+      capture != cudaStreamCaptureStatusNone) {
+    return 0; // a stream of another device than the current one, or captured: a kernel launch
   }
   DeviceJobs *jobs = jobs_of(device_index);
   unsigned long long chunks = 0;
