@@ -21,6 +21,7 @@
 #include <torch/csrc/MemoryFormat.h>
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 
 #include <exception>
 #include <new>
@@ -495,6 +496,14 @@ extern "C" PyObject *gf_fastcall_torch_call_without_grad(PyObject *forward, PyOb
   } catch (...) {
     PyErr_SetString(PyExc_RuntimeError, "graphed: torch raised while setting grad mode");
     return nullptr;
+  }
+}
+
+extern "C" int gf_fastcall_torch_is_tracing(void) {
+  try {
+    return torch::jit::tracer::isTracing() ? 1 : 0;
+  } catch (...) {
+    return 1; // unknown: the module is called as it is
   }
 }
 

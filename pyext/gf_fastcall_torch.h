@@ -132,6 +132,10 @@ int gf_fastcall_torch_byte_pair(PyObject *left, PyObject *right, gf_copy *pair, 
  * mode's eager run of a sampled call (pyext/gf_verify_sampled.c). */
 PyObject *gf_fastcall_torch_call_without_grad(PyObject *forward, PyObject *kwargs);
 
+/* 1 while torch.jit.trace records on this thread (torch._C._get_tracing_state() is not None), for
+ * gf_module_call.c, which reads it without a Python call; never lets a C++ exception out. */
+int gf_fastcall_torch_is_tracing(void);
+
 /* Waits, with the GIL released, for everything queued on a CUDA device (torch.cuda.synchronize);
  * nothing for another device type. 0, or -1 when torch raised. */
 int gf_fastcall_torch_synchronize(int device_type, int device_index);

@@ -14,6 +14,7 @@
 
 #include "gf_call_state.h"
 #include "gf_fastcall_torch.h"
+#include "gf_module_call.h"
 #include "gf_tensor.h"
 #include "gf_verify_compare.h"
 #include "gf_verify_sampled.h"
@@ -355,7 +356,10 @@ static PyObject *gf_verify_sampled_busy(gf_verify_queue *queue, PyObject *kwargs
       return gf_sampled_call_new(result, served, NULL, differed);
     }
   }
-  PyObject *expected = gf_fastcall_torch_call_without_grad(queue->forward, kwargs);
+  PyObject *target =
+      gf_module_call_target(queue->forward); /* its forward, where torch's call would */
+  PyObject *expected = target != NULL ? gf_fastcall_torch_call_without_grad(target, kwargs) : NULL;
+  Py_XDECREF(target);
   if (expected == NULL) {
     Py_DECREF(result);
     return NULL;

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -127,6 +128,78 @@ def test_a_stale_output_is_told_at_the_next_call_by_its_path(
     reason = gf.stats()["disabled_reason"]
     assert f"call 4 of a graph (one in 1 sampled) differed from eager at {path}" in reason, reason
     assert gf._call_state.verdicts_pending == 0, "a disabled runner holds no outputs"
+
+
+class Tallied(torch.nn.Module):
+    """Counts its forward's runs in an object graphed does not look into (a count kept in a
+    module attribute would be a value the watch sees change at every call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.tally = type("Tally", (), {"runs": 0})()
+
+    def forward(self, x):
+        self.tally.runs += 1
+        return self.linear(x)
+
+
+def _over_sampled_calls(gf: GraphedForward, count: Callable[[], int], calls: int = 5) -> int:
+    """How much `count` grew over `calls` sampled calls (each replays, and runs the forward
+    eagerly once) after the capture and the first ones; the runner still enabled, its verdicts in
+    the fast entry's queue."""
+    x = torch.ones(2, 4)
+    for _ in range(3):
+        gf(x)
+    before = count()
+    for _ in range(calls):
+        gf(x)
+    assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
+    assert gf._call_state.verdicts_pending == 1
+    return count() - before
+
+
+def test_a_sampled_calls_eager_run_calls_forward_as_torchs_call_would(
+    sampled_on_the_cpu, monkeypatch
+):
+    """No hooks, not compiled, no trace: the eager run calls the module's forward itself, as
+    torch's own call would after finding nothing to do (gf_module_call.c), not through it."""
+    module = Tallied()
+    gf = sampled_on_the_cpu(module)
+    through_torch = []
+    call_impl = torch.nn.Module._call_impl
+
+    def counted(self, *args, **kwargs):
+        if self is module:
+            through_torch.append(self)
+        return call_impl(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "_call_impl", counted)
+    runs_and_calls = lambda: module.tally.runs * 1000 + len(through_torch)  # noqa: E731
+    assert _over_sampled_calls(gf, runs_and_calls) == 5 * 1000, "5 runs, none through torch"
+
+
+@pytest.mark.parametrize("where", ["the module's", "global"])
+def test_a_sampled_calls_eager_run_runs_the_forward_hooks_as_eager_does(sampled_on_the_cpu, where):
+    """With a forward hook on the module or a global one, the eager run goes through torch's
+    own call, so the hook runs at every sampled call, as it does eagerly."""
+    module = Tallied()
+    hooked = []
+
+    def hook(hooked_module, args, output):
+        if hooked_module is module:
+            hooked.append(output)
+
+    if where == "global":
+        handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    else:
+        handle = module.register_forward_hook(hook)
+    try:
+        gf = sampled_on_the_cpu(module)
+        runs_and_hooks = lambda: module.tally.runs * 1000 + len(hooked)  # noqa: E731
+        assert _over_sampled_calls(gf, runs_and_hooks) == 5 * 1000 + 5, "5 runs, 5 hooks"
+    finally:
+        handle.remove()
 
 
 def test_the_outputs_a_verdict_held_are_released_once_it_is_read(sampled_on_the_cpu):

@@ -1,0 +1,23 @@
+/* An nn.Module called the way torch's own call takes its shortest way (see gf_module_call.c),
+ * for verify mode's sampled calls (gf_verify_sampled.c). */
+#ifndef GF_MODULE_CALL_H
+#define GF_MODULE_CALL_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What to call for `forward` (a new reference): its bound `forward` where `forward` is an
+ * nn.Module whose call would find nothing to do before it (no hooks of its own or global, not
+ * compiled, no JIT trace in progress, torch's own __call__), else `forward` itself; NULL with an
+ * exception only where looking failed. */
+PyObject *gf_module_call_target(PyObject *forward);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GF_MODULE_CALL_H */
