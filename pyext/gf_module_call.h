@@ -11,9 +11,10 @@ extern "C" {
 #endif
 
 /* What to call for `forward` (a new reference): its bound `forward` where `forward` is an
- * nn.Module whose call would find nothing to do before it (no hooks of its own or global, not
- * compiled, no JIT trace in progress, torch's own __call__), else `forward` itself; NULL with an
- * exception only where looking failed. */
+ * nn.Module whose call would find nothing to do before it (torch's own __call__ and _call_impl, no
+ * hooks of its own or global, not compiled, no JIT trace in progress), else `forward` itself;
+ * NULL with the exception a look raised other than AttributeError (which the module's call would
+ * have raised too). */
 PyObject *gf_module_call_target(PyObject *forward);
 
 #ifdef __cplusplus

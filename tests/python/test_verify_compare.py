@@ -159,24 +159,49 @@ def _over_sampled_calls(gf: GraphedForward, count: Callable[[], int], calls: int
     return count() - before
 
 
-def test_a_sampled_calls_eager_run_calls_forward_as_torchs_call_would(
-    sampled_on_the_cpu, monkeypatch
-):
+def test_a_sampled_calls_eager_run_calls_forward_as_torchs_call_would(sampled_on_the_cpu):
     """No hooks, not compiled, no trace: the eager run calls the module's forward itself, as
     torch's own call would after finding nothing to do (gf_module_call.c), not through it."""
     module = Tallied()
     gf = sampled_on_the_cpu(module)
     through_torch = []
-    call_impl = torch.nn.Module._call_impl
+    call_impl = torch.nn.Module._call_impl.__code__
 
-    def counted(self, *args, **kwargs):
-        if self is module:
-            through_torch.append(self)
-        return call_impl(self, *args, **kwargs)
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is call_impl and frame.f_locals["self"] is module:
+            through_torch.append(frame)
 
-    monkeypatch.setattr(torch.nn.Module, "_call_impl", counted)
     runs_and_calls = lambda: module.tally.runs * 1000 + len(through_torch)  # noqa: E731
-    assert _over_sampled_calls(gf, runs_and_calls) == 5 * 1000, "5 runs, none through torch"
+    sys.setprofile(profile)
+    try:
+        assert _over_sampled_calls(gf, runs_and_calls) == 5 * 1000, "5 runs, none through torch"
+    finally:
+        sys.setprofile(None)
+
+
+@pytest.mark.parametrize("where", ["a subclass's", "the instance's"])
+def test_a_sampled_calls_eager_run_goes_through_a_replaced_call_impl(sampled_on_the_cpu, where):
+    """A _call_impl of the module's own (a subclass's, or set on the instance) is what torch's
+    call runs: the eager run goes through it at every sampled call."""
+    through = []
+
+    class Own(Tallied):
+        def _call_impl(self, *args, **kwargs):
+            through.append(self)
+            return super()._call_impl(*args, **kwargs)
+
+    module = Own() if where == "a subclass's" else Tallied()
+    if where == "the instance's":
+        torchs = module._call_impl
+
+        def replaced(*args, **kwargs):
+            through.append(module)
+            return torchs(*args, **kwargs)
+
+        module._call_impl = replaced
+    gf = sampled_on_the_cpu(module)
+    runs_and_calls = lambda: module.tally.runs * 1000 + len(through)  # noqa: E731
+    assert _over_sampled_calls(gf, runs_and_calls) == 5 * 1000 + 5, "5 runs, each through it"
 
 
 @pytest.mark.parametrize("where", ["the module's", "global"])
