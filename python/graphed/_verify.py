@@ -37,12 +37,12 @@ or outputs the bytes cannot tell (not contiguous, on several devices), by torch 
 What it costs, a sampled call on an H100 host beyond its replay: 3 to 4.3 us more than an eager
 call, of which the comparison's launch is 1.3 (a ready graph, backends/cuda/gf_cuda_compare_jobs.h;
 a kernel launch cost 3.4), its eager run calling the module's forward without torch's call checks
-where they would find nothing (pyext/gf_module_call.c, 1 us). Before: 19 us with the queue kept here (the launch, a SampledCall handed up, the eager run's
-context and the bookkeeping), 9 us more than the eager forward; with the comparison in torch
-operations queued from here, 21 us for a pair's comparison and reduction alone and 93 to 205 us a
-sampled call in all; reading the result on the host at the sampled call itself (torch.equal)
-stalled the stream, 73 to 115 us on the H200 beside a 25 to 38 us eager forward. Every other
-call costs the call path one type test.
+where they would find nothing (pyext/gf_module_call.c, 1 us). Before: 19 us with the queue kept
+here (the launch, a SampledCall handed up, the eager run's context and the bookkeeping), 9 us more
+than the eager forward; with the comparison in torch operations queued from here, 21 us for a
+pair's comparison and reduction alone and 93 to 205 us a sampled call in all; reading the result
+on the host at the sampled call itself (torch.equal) stalled the stream, 73 to 115 us on the H200
+beside a 25 to 38 us eager forward. Every other call costs the call path one type test.
 """
 
 from __future__ import annotations
