@@ -4,15 +4,15 @@ regions with each cached module graphed beneath its hook, and every step equals 
 eagerly with the same cache.
 
 A tiny random FluxTransformer2DModel (2 double and 2 single blocks, fp32; nothing downloaded), and a
-WanTransformer3DModel (2 blocks) with the caches diffusers applies to it, each in a
-9-step loop whose next latents come from the model's output, each call inside
-`cache_context("cond")` as the pipelines do, two requests with the cache's state reset between them
-(`_reset_stateful_cache`), against an identical eager copy with the same cache config. The caches:
-FirstBlockCache and MagCache (decide by reading a device value, `.item()`), TaylorSeer and
-PyramidAttentionBroadcast (decide by a host step counter). The CPU tests use the emulated backend,
-whose replays return what the capture wrote: they check the routing (the runner in regions, each
-cached module a region beneath its hook, the hooks still skipping) and the values of the first
-step; the GPU tests compare every step bitwise. Skipped without diffusers."""
+WanTransformer3DModel (2 blocks) with the same four caches (TaylorSeer naming Wan's attention
+modules, which its default patterns miss), each in a 9-step loop whose next latents come from the
+model's output, each call inside `cache_context("cond")` as the pipelines do, two requests with the
+cache's state reset between them (`_reset_stateful_cache`), against an identical eager copy with the
+same cache config. The caches: FirstBlockCache and MagCache (decide by reading a device value,
+`.item()`), TaylorSeer and PyramidAttentionBroadcast (decide by a host step counter). The CPU tests
+use the emulated backend, whose replays return what the capture wrote: they check the routing (the
+runner in regions, each cached module a region beneath its hook, the hooks still skipping) and the
+values of the first step; the GPU tests compare every step bitwise. Skipped without diffusers."""
 
 from __future__ import annotations
 
@@ -39,11 +39,19 @@ class Timestep:
         self.value = 1000
 
 
-def _configs(clock: Timestep) -> dict[str, Callable[[], Any]]:
+# TaylorSeer's default patterns (matched whole, `re.fullmatch`) name Flux's attention modules
+# ("transformer_blocks.0.attn") but none of Wan's ("blocks.0.attn1"): a Wan user names them.
+TAYLORSEER_MODULES = {"Flux": None, "Wan": [r"^blocks\.\d+\.attn[12]$"]}
+
+
+def _configs(clock: Timestep, kind: str = "Flux") -> dict[str, Callable[[], Any]]:
     return {
         "FirstBlockCache": lambda: hooks.FirstBlockCacheConfig(threshold=0.5),
         "TaylorSeer": lambda: hooks.TaylorSeerCacheConfig(
-            cache_interval=2, disable_cache_before_step=2, max_order=1
+            cache_interval=2,
+            disable_cache_before_step=2,
+            max_order=1,
+            cache_identifiers=TAYLORSEER_MODULES[kind],
         ),
         "MagCache": lambda: hooks.MagCacheConfig(
             threshold=0.5, num_inference_steps=STEPS, mag_ratios=[1.0] + [0.95] * (STEPS - 1)
@@ -114,10 +122,10 @@ def _wan_inputs(latents: torch.Tensor, step: int) -> dict:
 
 
 # Per transformer: its builder, its inputs from the step's latents, the latents' shape, and the
-# caches diffusers applies to it (TaylorSeer's default patterns name no module of Wan's).
+# caches it is run with.
 MODELS = {
     "Flux": (_flux, _inputs, (1, 16, 4), CACHES),
-    "Wan": (_wan, _wan_inputs, (1, 4, 2, 8, 8), [c for c in CACHES if c != "TaylorSeer"]),
+    "Wan": (_wan, _wan_inputs, (1, 4, 2, 8, 8), CACHES),
 }
 CASES = [(model, cache) for model, (*_, caches) in MODELS.items() for cache in caches]
 
@@ -151,8 +159,8 @@ def _both(
     build = MODELS[kind][0]
     clocks = Timestep(), Timestep()
     eager_model, graphed_model = build(device), build(device)
-    eager_model.enable_cache(_configs(clocks[0])[cache]())
-    graphed_model.enable_cache(_configs(clocks[1])[cache]())
+    eager_model.enable_cache(_configs(clocks[0], kind)[cache]())
+    graphed_model.enable_cache(_configs(clocks[1], kind)[cache]())
     want = _requests(eager_model, eager_model, clocks[0], kind)
     gf = GraphedForward(graphed_model, device=device, backend=backend)
     got = _requests(gf, graphed_model, clocks[1], kind)
