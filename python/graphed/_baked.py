@@ -602,7 +602,8 @@ class Watch:
                 # Said once: the disable's own report (graphed._observe) names the reason.
                 runner.disable(reason + advice, "watch")
             else:
-                runner.disable(step_caches.reason(cached), "step_cache")  # it runs in regions
+                eager = step_caches.looked_through(module)
+                runner.disable(step_caches.reason(cached, eager), "step_cache")  # in regions
             return
         if self._call_state.watch_fired():
             # A tensor whose address torch will not say (see pyext/gf_baked.h): no watch can

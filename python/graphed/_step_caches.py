@@ -3,8 +3,9 @@
 `transformer.enable_cache(config)` (FirstBlockCache, TaylorSeer, MagCache,
 PyramidAttentionBroadcast, FasterCache, SeaCache) registers hooks on blocks or attention modules
 through diffusers' hook registry (`module._diffusers_hook`). Each hook decides per call, in Python,
-whether the module computes or returns what it cached: by a host step counter (TaylorSeer,
-PyramidAttentionBroadcast), or by reading a device value with `.item()` (FirstBlockCache, MagCache).
+whether the module computes or returns what it cached: by host state (TaylorSeer's and
+PyramidAttentionBroadcast's step counters, MagCache's magnitude ratios), or by reading a device
+value with `.item()` (FirstBlockCache; MagCache only while it calibrates).
 A graph of a forward that contains such a hook would bake one decision in. So a forward carrying
 them is never captured whole: it runs in regions (graphed._regions, disabled_cause "step_cache"),
 the hooks run as diffusers wrote them, and each cached module's own forward, the one the hook calls
@@ -95,28 +96,72 @@ def cached_modules(
     ]
 
 
+def _above_cached_paths(module: torch.nn.Module) -> dict[int, tuple[str, torch.nn.Module]]:
+    """The modules under `module` (not itself) that have a cached module below them, by id: their
+    path and the module, in tree order."""
+    found: dict[int, tuple[str, torch.nn.Module]] = {}
+    for path, submodule in module.named_modules():
+        if not path or not is_cached(submodule):
+            continue
+        parent, names = module, path.split(".")[:-1]
+        for depth, name in enumerate(names):
+            parent = getattr(parent, name)
+            found.setdefault(id(parent), (".".join(names[: depth + 1]), parent))
+    return found
+
+
 def above_cached(module: torch.nn.Module) -> set[int]:
     """The ids of the modules under `module` that have a cached module below them: their forward
     contains a hook's decision, so they are never regions themselves (graphed._regions descends
     into them)."""
-    found: set[int] = set()
-    for path, submodule in module.named_modules():
-        if not path or not is_cached(submodule):
-            continue
-        parent = module
-        for name in path.split(".")[:-1]:
-            parent = getattr(parent, name)
-            found.add(id(parent))
-    return found
+    return set(_above_cached_paths(module))
 
 
-def reason(cached: list[tuple[str, str]]) -> str:
-    """The disabled_reason of a runner whose forward carries step caches (`cached_modules`)."""
-    shown = ", ".join(f"{hooks} on '{path}'" for path, hooks in cached[:3])
-    more = f" and {len(cached) - 3} more" if len(cached) > 3 else ""
-    return (
+def looked_through(module: torch.nn.Module) -> list[str]:
+    """The paths of the modules under `module` whose own forward runs eagerly at every call
+    because a cached module is below them (a block around a cached attention module), containers
+    (nn.ModuleList, nn.ModuleDict), which have no forward of their own, left out."""
+    return [
+        path
+        for path, submodule in _above_cached_paths(module).values()
+        if type(submodule).forward is not torch.nn.Module.forward
+    ]
+
+
+# The most a disabled_reason holds (the core's GF_REASON_CAPACITY, ops/gf_runner_internal.h, less
+# its terminating zero); a longer one is cut there.
+_REASON_BYTES = 511
+
+
+def reason(cached: list[tuple[str, str]], eager: list[str] | tuple[str, ...] = ()) -> str:
+    """The disabled_reason of a runner whose forward carries step caches (`cached_modules`);
+    `eager` names the modules whose own forward runs eagerly around them (`looked_through`). Two
+    hooks are named, or one when the modules around them are named too, and only counts where
+    the names would not fit the core's reason."""
+    for named in (True, False):
+        said = _reason(cached, eager, named)
+        if len(said.encode()) <= _REASON_BYTES:
+            break
+    return said
+
+
+def _reason(cached: list[tuple[str, str]], eager: list[str] | tuple[str, ...], named: bool) -> str:
+    shown_count = (1 if eager else 2) if named else 0
+    shown = ", ".join(f"{hooks} on '{path}'" for path, hooks in cached[:shown_count])
+    more = f" and {len(cached) - shown_count} more" if len(cached) > shown_count else ""
+    if not shown:
+        shown, more = f"on {len(cached)} modules", ""
+    said = (
         f"the forward carries diffusers' step cache hooks ({shown}{more}), which decide at every "
-        "call whether a module computes; a graph of the whole forward would bake one decision in, "
-        "so it runs in regions: the hooks run as diffusers wrote them, each cached module's own "
-        "forward is graphed beneath its hook, and the rest of the forward is graphed in parts"
+        "call whether a module computes, so it runs in regions: the hooks run as diffusers wrote "
+        "them, each cached module's own forward graphed beneath its hook"
+    )
+    if not eager:
+        return said
+    more_around = f" and {len(eager) - 1} more" if len(eager) > 1 else ""
+    around = f"the modules around them ('{eager[0]}'{more_around})"
+    return (
+        f"{said}; {around if named else f'the {len(eager)} modules around them'} run their own "
+        "Python eagerly, so on a launch-bound model graphs without the cache may be faster "
+        "(docs/api.md, 'Step caches')"
     )

@@ -8,11 +8,12 @@ WanTransformer3DModel (2 blocks) with the same four caches (TaylorSeer naming Wa
 modules, which its default patterns miss), each in a 9-step loop whose next latents come from the
 model's output, each call inside `cache_context("cond")` as the pipelines do, two requests with the
 cache's state reset between them (`_reset_stateful_cache`), against an identical eager copy with the
-same cache config. The caches: FirstBlockCache and MagCache (decide by reading a device value,
-`.item()`), TaylorSeer and PyramidAttentionBroadcast (decide by a host step counter). The CPU tests
-use the emulated backend, whose replays return what the capture wrote: they check the routing (the
-runner in regions, each cached module a region beneath its hook, the hooks still skipping) and the
-values of the first step; the GPU tests compare every step bitwise. Skipped without diffusers."""
+same cache config. The caches: FirstBlockCache (decides by reading a device value, `.item()`),
+MagCache (by its magnitude ratios, on the host), TaylorSeer and PyramidAttentionBroadcast (by a host
+step counter). The CPU tests use the emulated backend, whose replays return what the capture wrote:
+they check the routing (the runner in regions, each cached module a region beneath its hook, the
+hooks still skipping) and the values of the first step; the GPU tests compare every step bitwise.
+Skipped without diffusers."""
 
 from __future__ import annotations
 
@@ -193,6 +194,44 @@ def test_a_cached_transformer_runs_in_regions_graphed_beneath_its_hooks(
     assert not [path for path in regions if id(named[path]) in above]
     # The emulated replay returns what the capture wrote: values on the first step only.
     torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("kind", "cache"), CASES)
+def test_the_reason_names_the_modules_whose_python_runs_eagerly_around_the_cached_ones(
+    kind, cache, emulated_backend
+):
+    model = MODELS[kind][0]("cpu")
+    model.enable_cache(_configs(Timestep(), kind)[cache]())
+    gf = GraphedForward(model, device="cpu", backend=emulated_backend)
+    reason = gf.stats()["disabled_reason"]
+    around = graphed._step_caches.looked_through(model)
+    if cache in ("TaylorSeer", "PyramidAttentionBroadcast"):  # they hook attention modules
+        blocks = [path for path, _ in model.named_modules() if path.count(".") == 1]
+        assert around == [path for path in blocks if "blocks" in path], around
+        # Whole: the reason fits the core's 511 bytes.
+        assert reason.endswith(
+            f"the modules around them ('{around[0]}' and {len(around) - 1} more) run their own "
+            "Python eagerly, so on a launch-bound model graphs without the cache may be faster "
+            "(docs/api.md, 'Step caches')"
+        ), reason
+    else:  # whole blocks are hooked: only containers (nn.ModuleList) are above them
+        assert around == []
+        assert reason.endswith("each cached module's own forward graphed beneath its hook"), reason
+    assert reason.startswith("the forward carries diffusers' step cache hooks ("), reason
+
+
+def test_a_reason_with_names_too_long_for_the_core_says_counts_instead():
+    deep = "model." * 60  # a cached module 360 characters deep
+    cached = [(f"{deep}blocks.{index}.attn", "taylorseer_cache") for index in range(3)]
+    around = [f"{deep}blocks.{index}" for index in range(3)]
+    reason = graphed._step_caches.reason(cached, around)
+    assert len(reason.encode()) <= 511, len(reason.encode())
+    assert "step cache hooks (on 3 modules)" in reason, reason
+    assert "the 3 modules around them run their own Python eagerly" in reason, reason
+    assert deep not in reason
+    short = graphed._step_caches.reason([("blocks.0.attn", "taylorseer_cache")], ["blocks.0"])
+    assert "(taylorseer_cache on 'blocks.0.attn')" in short, short
+    assert "the modules around them ('blocks.0') run" in short, short
 
 
 def test_a_hook_graphed_cannot_go_beneath_keeps_the_runner_eager_with_its_name(
