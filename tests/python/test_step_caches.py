@@ -81,18 +81,47 @@ def _flux(device: str) -> torch.nn.Module:
     return FluxTransformer2DModel(**FLUX).to(device).eval()
 
 
+# What a pipeline makes before its denoising loop, made once per device here as FluxPipeline and
+# WanPipeline make them (the prompt's embeddings and ids, the scheduler's timesteps on the device):
+# a step's call then copies nothing from the host. A tensor made from a Python number at each step
+# would be a copy from pageable memory, which waits for the device at every step; no pipeline does
+# that, and it would hide the host's work of one step behind nothing.
+_MADE_ONCE: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
+
+
+def _made_once(kind: str, device: torch.device) -> dict[str, torch.Tensor]:
+    key = (kind, str(device))
+    if key not in _MADE_ONCE:
+        generator = torch.Generator(device=device).manual_seed(1)
+        if kind == "Flux":
+            _MADE_ONCE[key] = {
+                "encoder_hidden_states": torch.randn(1, 6, 16, generator=generator, device=device),
+                "pooled_projections": torch.randn(1, 16, generator=generator, device=device),
+                "timesteps": torch.tensor([1.0 - step / STEPS for step in range(STEPS)]).to(device),
+                "img_ids": torch.zeros(16, 3, device=device),
+                "txt_ids": torch.zeros(6, 3, device=device),
+            }
+        else:
+            _MADE_ONCE[key] = {
+                "encoder_hidden_states": torch.randn(1, 6, 16, generator=generator, device=device),
+                "timesteps": torch.tensor(
+                    [1000 - 1000 * step // STEPS for step in range(STEPS)]
+                ).to(device),
+            }
+    return _MADE_ONCE[key]
+
+
 def _inputs(latents: torch.Tensor, step: int) -> dict:
     """What FluxPipeline passes its transformer: packed latents (a 4x4 grid of 4 channels), T5 and
     pooled CLIP embeddings, the timestep / 1000, image and text ids."""
-    device = latents.device
-    generator = torch.Generator(device=device).manual_seed(1)
+    made = _made_once("Flux", latents.device)
     return {
         "hidden_states": latents,
-        "encoder_hidden_states": torch.randn(1, 6, 16, generator=generator, device=device),
-        "pooled_projections": torch.randn(1, 16, generator=generator, device=device),
-        "timestep": torch.tensor([1.0 - step / STEPS], device=device),
-        "img_ids": torch.zeros(16, 3, device=device),
-        "txt_ids": torch.zeros(6, 3, device=device),
+        "encoder_hidden_states": made["encoder_hidden_states"],
+        "pooled_projections": made["pooled_projections"],
+        "timestep": made["timesteps"][step : step + 1],
+        "img_ids": made["img_ids"],
+        "txt_ids": made["txt_ids"],
         "return_dict": False,
     }
 
@@ -112,12 +141,11 @@ def _wan(device: str) -> torch.nn.Module:
 def _wan_inputs(latents: torch.Tensor, step: int) -> dict:
     """What WanPipeline passes its transformer: video latents (2 frames of 8x8), UMT5 embeddings,
     the scheduler's timestep."""
-    device = latents.device
-    generator = torch.Generator(device=device).manual_seed(1)
+    made = _made_once("Wan", latents.device)
     return {
         "hidden_states": latents,
-        "encoder_hidden_states": torch.randn(1, 6, 16, generator=generator, device=device),
-        "timestep": torch.tensor([1000 - 1000 * step // STEPS], device=device),
+        "encoder_hidden_states": made["encoder_hidden_states"],
+        "timestep": made["timesteps"][step : step + 1],
         "return_dict": False,
     }
 
