@@ -5,9 +5,10 @@ once per round, in turn, the median over the rounds; bench/timing.wall_ms_interl
     PYTHONPATH=<graphed>:bench python bench/step_caches_bench.py
 
 The caches and the request are tests/python/test_step_caches.py's (imported for them: the same
-configs, the latents of each step from the model's output, each call in `cache_context("cond")`,
-the cache reset after the request): FirstBlockCache, TaylorSeer, MagCache and
-PyramidAttentionBroadcast. Two transformers: the test's tiny Flux (2 double and 2 single blocks)
+configs, the step's other inputs made once as a pipeline makes them before its loop, the timestep
+taken from a table on the device, the latents of each step from the model's output, each call in
+`cache_context("cond")`, the cache reset after the request): FirstBlockCache, TaylorSeer, MagCache
+and PyramidAttentionBroadcast. Two transformers: the test's tiny Flux (2 double and 2 single blocks)
 and a deeper one (8 and 16 blocks, still small), launch-bound on a GPU. The targets (the issue's):
 graphed with a cache at most 0.4x eager with the same cache on the tiny Flux, and at most 0.5x
 graphed without a cache wherever the cache computed at most half of its modules' calls. A CUDA
