@@ -124,7 +124,7 @@ def looked_through(module: torch.nn.Module) -> list[str]:
     return [
         path
         for path, submodule in _above_cached_paths(module).values()
-        if type(submodule).forward is not torch.nn.Module.forward
+        if type(submodule).forward is not torch.nn.Module.forward and not is_cached(submodule)
     ]
 
 
@@ -150,7 +150,7 @@ def _reason(cached: list[tuple[str, str]], eager: list[str] | tuple[str, ...], n
     shown = ", ".join(f"{hooks} on '{path}'" for path, hooks in cached[:shown_count])
     more = f" and {len(cached) - shown_count} more" if len(cached) > shown_count else ""
     if not shown:
-        shown, more = f"on {len(cached)} modules", ""
+        shown, more = f"on {_modules(len(cached))}", ""
     said = (
         f"the forward carries diffusers' step cache hooks ({shown}{more}), which decide at every "
         "call whether a module computes, so it runs in regions: the hooks run as diffusers wrote "
@@ -161,7 +161,11 @@ def _reason(cached: list[tuple[str, str]], eager: list[str] | tuple[str, ...], n
     more_around = f" and {len(eager) - 1} more" if len(eager) > 1 else ""
     around = f"the modules around them ('{eager[0]}'{more_around})"
     return (
-        f"{said}; {around if named else f'the {len(eager)} modules around them'} run their own "
+        f"{said}; {around if named else f'the {_modules(len(eager))} around them'} run their own "
         "Python eagerly, so on a launch-bound model graphs without the cache may be faster "
         "(docs/api.md, 'Step caches')"
     )
+
+
+def _modules(count: int) -> str:
+    return f"{count} module" if count == 1 else f"{count} modules"

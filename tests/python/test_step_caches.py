@@ -92,23 +92,34 @@ _MADE_ONCE: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
 def _made_once(kind: str, device: torch.device) -> dict[str, torch.Tensor]:
     key = (kind, str(device))
     if key not in _MADE_ONCE:
-        generator = torch.Generator(device=device).manual_seed(1)
-        if kind == "Flux":
-            _MADE_ONCE[key] = {
-                "encoder_hidden_states": torch.randn(1, 6, 16, generator=generator, device=device),
-                "pooled_projections": torch.randn(1, 16, generator=generator, device=device),
-                "timesteps": torch.tensor([1.0 - step / STEPS for step in range(STEPS)]).to(device),
-                "img_ids": torch.zeros(16, 3, device=device),
-                "txt_ids": torch.zeros(6, 3, device=device),
-            }
-        else:
-            _MADE_ONCE[key] = {
-                "encoder_hidden_states": torch.randn(1, 6, 16, generator=generator, device=device),
-                "timesteps": torch.tensor(
-                    [1000 - 1000 * step // STEPS for step in range(STEPS)]
-                ).to(device),
-            }
+        _MADE_ONCE[key] = _make(kind, device)
     return _MADE_ONCE[key]
+
+
+def _make(kind: str, device: torch.device) -> dict[str, torch.Tensor]:
+    generator = torch.Generator(device=device).manual_seed(1)
+    if kind == "Flux":
+        return {
+            "encoder_hidden_states": torch.randn(1, 6, 16, generator=generator, device=device),
+            "pooled_projections": torch.randn(1, 16, generator=generator, device=device),
+            "timesteps": torch.tensor([1.0 - step / STEPS for step in range(STEPS)]).to(device),
+            "img_ids": torch.zeros(16, 3, device=device),
+            "txt_ids": torch.zeros(6, 3, device=device),
+        }
+    return {
+        "encoder_hidden_states": torch.randn(1, 6, 16, generator=generator, device=device),
+        "timesteps": torch.tensor([1000 - 1000 * step // STEPS for step in range(STEPS)]).to(
+            device
+        ),
+    }
+
+
+def _assert_inputs_unchanged(kind: str, device: torch.device) -> None:
+    """The inputs made once are shared by every run of the process: none may have written them."""
+    assert (kind, str(device)) in _MADE_ONCE, f"no inputs were made for {kind} on {device}"
+    fresh = _make(kind, device)
+    for name, tensor in _made_once(kind, device).items():
+        assert torch.equal(tensor, fresh[name]), f"{kind}'s {name} was written by a forward"
 
 
 def _inputs(latents: torch.Tensor, step: int) -> dict:
@@ -193,6 +204,7 @@ def _both(
     want = _requests(eager_model, eager_model, clocks[0], kind)
     gf = GraphedForward(graphed_model, device=device, backend=backend)
     got = _requests(gf, graphed_model, clocks[1], kind)
+    _assert_inputs_unchanged(kind, next(graphed_model.parameters()).device)  # cuda:0, not cuda
     return got, want, gf
 
 
