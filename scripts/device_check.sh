@@ -7,7 +7,10 @@
 # then the only graphed on PYTHONPATH (the same files, RUNPATH and build info a wheel holds).
 # The pytest run leaves out the many_processes tests (the gloo exit soak, CPU only, run by every CI
 # run; its full size, GRAPHED_EXIT_RUNS=200,50, would pass the device's 10-minute limit).
-# Usage: bash scripts/device_check.sh [all|build|test|bench|group|pipelines|memory|generate|traffic|regions] [extra pytest args...]
+# Usage: bash scripts/device_check.sh [all|build|test|bench|group|pipelines|memory|generate|traffic|regions|compiled] [extra pytest args...]
+#        (compiled [--models llama,qwen3,gemma3]: graphed over torch.compile, its GPU tests and
+#        bench/compiled_decode_bench.py at the public configs' sizes; after a build without the
+#        C++ tests)
 #        (group: on two GPUs, the process-group tests and bench/sp_bench.py, after a build
 #        without the C++ tests)
 #        (pipelines: the Stable Audio Open DiT in its pipeline's loop at 108 and 1024 frames and
@@ -53,10 +56,10 @@ status=0
 
 if [[ "$what" == all || "$what" == build || "$what" == test || "$what" == bench || "$what" == compare \
       || "$what" == group || "$what" == pipelines || "$what" == memory || "$what" == generate \
-      || "$what" == traffic || "$what" == regions ]]; then
+      || "$what" == traffic || "$what" == regions || "$what" == compiled ]]; then
   # group runs the gloo tests too, whose emulated backend is the test plugin the tests build.
   cxx_tests=$([[ "$what" == bench || "$what" == compare || "$what" == pipelines || "$what" == memory \
-    || "$what" == generate || "$what" == traffic || "$what" == regions ]] \
+    || "$what" == generate || "$what" == traffic || "$what" == regions || "$what" == compiled ]] \
     && echo OFF || echo ON)
   if ! { cmake -S . -B "$BUILD" -G Ninja -DPython3_EXECUTABLE="$PY" -DGRAPHED_CUDA_ARCHITECTURES=90 \
         -DGRAPHED_BUILD_TESTS="$cxx_tests" && cmake --build "$BUILD" -j"$(nproc)" \
@@ -159,6 +162,23 @@ if [[ "$what" == memory ]]; then
   else
     echo "host cost not timed: the memory rows left too little of the call's 600 s"
   fi
+fi
+if [[ "$what" == compiled ]]; then
+  # graphed over torch.compile: the GPU cases of test_compose_compile.py and
+  # test_generate_compiled.py (inductor, nothing compiled by hand; skipped with COMPILED_TESTS=0),
+  # then bench/compiled_decode_bench.py on the models named (default all three; --models x,y).
+  if [[ "${COMPILED_TESTS:-1}" == 1 ]]; then
+    (cd "$BUILD" && PYTHONPATH="$SITE$CALLER_PATH" timeout 300 "$PY" -m pytest \
+      ../tests/python/test_compose_compile.py ../tests/python/test_generate_compiled.py --rootdir .. \
+      -c ../pyproject.toml -p no:cacheprovider -v -rs -m gpu ${COMPILED_PYTEST:-}) > "$OUT/pytest-compiled.log" 2>&1 \
+      || status=1
+    grep -E "PASSED|FAILED|ERROR" "$OUT/pytest-compiled.log" | head -30
+    grep -E "^E " "$OUT/pytest-compiled.log" | head -30
+    tail -2 "$OUT/pytest-compiled.log"
+  fi
+  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout $((590 - SECONDS)) "$PY" bench/compiled_decode_bench.py \
+    --out "$OUT" "$@" > "$OUT/compiled_decode.log" 2>&1 || status=1
+  grep -v -i "warn" "$OUT/compiled_decode.log" | tail -30
 fi
 if [[ "$what" == compare ]]; then
   baseline="${1:?compare needs the folder of the baseline checkout}"

@@ -151,7 +151,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         # The call in flight, set by both C entry points under the runner's lock (gf_fastcall.c).
         self._call_state = _fastcall.CallState(rebuild_output)
         self._watch = Watch(self._call_state)
-        self._runs = _phases.ForwardRuns(self.name, self._call_state, self.device.type)
+        self._runs = _phases.ForwardRuns(self.name, self._call_state, self.device.type, module)
         # The kwargs of the latest calls without a graph, for the churn guard's warning.
         self._new_keys = NewKeys(kwargs_of)
         # How deep this runner's forward runs on this thread now (graphed._reentry).

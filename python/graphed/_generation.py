@@ -56,6 +56,7 @@ from typing import Any
 import torch
 
 from ._cache_layers import NOT_ALLOCATED, CacheLayers, full_windows, set_lengths
+from ._compiled import compile_forward, compile_options, compiler_refusal
 from ._forward import GraphedForward
 from ._inventory import user_frame
 from ._observe import graphs_unavailable
@@ -155,10 +156,17 @@ class _DecodeStep(torch.nn.Module):
     # captured whole, the regions are the model's own submodules (graphed._regions).
     REGIONS_LOOK_THROUGH = ("model",)
 
-    def __init__(self, model: torch.nn.Module, forward: Any) -> None:
+    def __init__(self, model: torch.nn.Module, forward: Any, compiled: dict | None = None) -> None:
         super().__init__()
         self.model = model
         self._model_forward = forward
+        # graph_generation(compile=True): the forward compiled (graphed._compiled), until the
+        # compiler refuses it (then the plain forward, said once with the compiler's reason).
+        self._compiled_forward = compile_forward(forward, compiled) if compiled else None
+        self.compile_refused: str | None = None
+        # The sliding windows' Python length each compiled regime (how many windows are full)
+        # was compiled with: see forward.
+        self._compiled_lengths: dict[tuple, int] = {}
         self._in_flight = threading.local()
         # Output type -> the fields that held the cache (put back after a replay, which runs no
         # Python): `cache` from transformers 5.24, `past_key_values` before.
@@ -169,8 +177,30 @@ class _DecodeStep(torch.nn.Module):
         cache, name = in_flight.cache, in_flight.name
         # The sliding windows' Python length as the step began: graphed's probe and warm-ups run
         # this forward more than once, and each run's update advances it.
-        set_lengths(in_flight.sliding, in_flight.length)
-        output = self._model_forward(**kwargs, **{name: cache})
+        length = in_flight.length
+        compiled = self._compiled_forward
+        if compiled is not None and in_flight.sliding:
+            # The compiled step sees one length per regime, the first it met: a decode step's
+            # update reads the length only for whether the window is full (the regime, part of
+            # the graph's key; the write position is the layer's length tensor), and Dynamo
+            # would otherwise guard on the int and compile again at every step. The graph baked
+            # in the capture's length the same way; the caller sets what eager leaves after.
+            regime = (in_flight.full, getattr(in_flight.sliding[0], "max_cache_len", None))
+            length = self._compiled_lengths.setdefault(regime, length)
+        set_lengths(in_flight.sliding, length)
+        output = None
+        if compiled is not None:
+            try:
+                output = compiled(**kwargs, **{name: cache})
+            except Exception as error:  # the compiler's refusal only; anything else is raised
+                reason = compiler_refusal(error)
+                if reason is None:
+                    raise
+                self._compiled_forward = None
+                self.compile_refused = reason
+                set_lengths(in_flight.sliding, in_flight.length)
+        if output is None:
+            output = self._model_forward(**kwargs, **{name: cache})
         fields = tuple(key for key, value in output.items() if value is cache)
         self.cache_fields[type(output)] = fields
         return type(output)(**{key: value for key, value in output.items() if key not in fields})
@@ -180,7 +210,15 @@ class GraphedGeneration:
     """The handle graph_generation returns: the decode steps' GraphedForward (`graphed`), their
     counters, and `remove()`."""
 
-    def __init__(self, model: torch.nn.Module, *, max_entries: int, **options: Any) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        max_entries: int,
+        compile: bool | dict = False,
+        **options: Any,
+    ) -> None:
+        compiled = compile_options(compile)  # before the model is changed: a ValueError first
         if "forward" in vars(model) or "get_compiled_call" in vars(model):
             raise ValueError(
                 "graphed: this model's forward (or get_compiled_call) is already replaced on the "
@@ -211,7 +249,7 @@ class GraphedGeneration:
             )
         self.model = model
         self._model_forward = model.forward
-        self._step = _DecodeStep(model, self._model_forward)
+        self._step = _DecodeStep(model, self._model_forward, compiled=compiled)
         self.graphed = GraphedForward(self._step, max_entries=max_entries, **options)
         self._max_held = max_entries
         self._held: OrderedDict[int, _Held] = OrderedDict()  # by serial, least recent first
@@ -289,9 +327,10 @@ class GraphedGeneration:
         step_kwargs = {key: value for key, value in kwargs.items() if key != name}
         in_flight = self._step._in_flight
         in_flight.cache, in_flight.name = cache, name
-        in_flight.sliding, in_flight.length = sliding, length
+        in_flight.sliding, in_flight.length, in_flight.full = sliding, length, full
         try:
             output = self.graphed(variant=variant, keep_alive=held.tensors, **step_kwargs)
+            self._say_refusal()
         finally:
             in_flight.cache = in_flight.name = None
             in_flight.sliding = ()
@@ -348,6 +387,17 @@ class GraphedGeneration:
             return self._model_forward(*args, **kwargs)
         finally:
             bound.stream = torch.cuda.current_stream(self.graphed.device)
+
+    def _say_refusal(self) -> None:
+        """Says once that the compiler refused the decode step, which runs graphed without
+        compile from then on, with the compiler's reason."""
+        refused = self._step.compile_refused
+        if refused is not None:
+            self._say_once(
+                f"torch.compile refused the decode step ({refused}); it runs graphed without "
+                "compile",
+                UserWarning,
+            )
 
     def _mismatch(self, what: str) -> None:
         """A decode step runs eagerly because something of transformers' was not found: counted,
@@ -572,6 +622,7 @@ def graph_generation(
     device: torch.device | str | int,
     max_entries: int = 4,
     regions: bool = False,
+    compile: bool | dict = False,
     **options: Any,
 ) -> GraphedGeneration:
     """Makes `model.generate(...)` replay a graph at every decode step on a static cache
@@ -592,7 +643,16 @@ def graph_generation(
     copy of the cache per request. `max_entries` bounds the graphs and the sets of tensors
     held. Raises ImportError without
     transformers' StaticLayer and ValueError for a forward with no cache parameter it knows; a
-    decode step that runs eagerly because something else was not found warns once."""
+    decode step that runs eagerly because something else was not found warns once.
+
+    compile=True replays compiled code: the decode step's forward is compiled by torch.compile
+    (inductor's kernels, one whole graph, static shapes, no CUDA graphs of its own) once per
+    shape, on its first decode step, before graphed probes it, and graphed captures the compiled
+    kernels; the sliding windows' Python lengths stay outside what is compiled, as they stay
+    outside the graphs. A step the compiler refuses runs graphed without compile, said once with
+    the compiler's reason. A dict of torch.compile options is laid over those defaults (another
+    inductor mode without CUDA graphs, a backend); a mode that records CUDA graphs of its own is
+    a ValueError."""
     return GraphedGeneration(
-        model, device=device, max_entries=max_entries, regions=regions, **options
+        model, device=device, max_entries=max_entries, regions=regions, compile=compile, **options
     )

@@ -27,6 +27,9 @@ And one promise to a process group: the sync probe never stops a forward halfway
 runs it under torch's sync-debug mode "warn"; the warnings that reach Python (every operator
 called from Python reports there) are counted here instead of shown, and the probe fails once
 the forward has returned, so every rank has run all of its collectives before the ranks agree.
+A synchronization made while torch.compile compiles a frame the forward reached is the
+compiler's, not the forward's, and is not counted (graphed._compiled says why and what else a
+runner over compiled code does).
 
 What one runner's forwards carry from one run to the next (the warm-ups' snapshot, the templates
 of the runs before a capture, whether a lost change was named) is a `ForwardRuns`, one per
@@ -48,6 +51,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ._compiled import compiler_running, holds_compiled_code
 from ._inventory import Inventory, storages, synchronizing_call, where_outside_libraries
 from ._native import _graphed_fastcall as _fastcall
 from ._observe import first_few
@@ -195,6 +199,11 @@ _sync_filter: Any = None
 def _count_or_show(message, category, filename, lineno, file=None, line=None):
     found = getattr(_local, "syncs_found", None)
     if found is not None and str(message).startswith(_SYNC_WARNING):
+        if compiler_running():
+            # torch.compile's own work (inductor's constant folding, its kernel benchmarks) while
+            # it compiles a frame the forward reached: not the compiled code a graph replays.
+            _local.compiler_syncs = getattr(_local, "compiler_syncs", 0) + 1
+            return
         # An operator graphed's InventoryMode called for the forward: the forward's own line.
         own = str(filename).startswith(_PACKAGE_DIR)
         found.append(
@@ -242,14 +251,19 @@ def _counting_syncs() -> Iterator[list[str]]:
     hide a synchronization from the probe; the capture then fails on it instead, which disables
     the runner all the same (and, with a group, on every rank)."""
     outer = getattr(_local, "syncs_found", None)
+    outer_compiler = getattr(_local, "compiler_syncs", 0)
     found: list[str] = []
     _local.syncs_found = found
+    _local.compiler_syncs = 0
     _install_hook()
     try:
         yield found
     finally:
         _remove_hook()
         _local.syncs_found = outer
+        # Whether the compiler synchronized in this probe (it compiled there), for the caller.
+        _local.compiler_syncs_seen = _local.compiler_syncs > 0
+        _local.compiler_syncs = outer_compiler
 
 
 def _probe_verdict(found: list[str]) -> None:
@@ -271,8 +285,9 @@ class ForwardRuns:
     whether what cannot be put back was named. GraphedForward holds one and its forward operator
     alone uses it, under the runner's lock."""
 
-    def __init__(self, name: str, call_state: Any, device_type: str) -> None:
+    def __init__(self, name: str, call_state: Any, device_type: str, module: Any) -> None:
         self.name = name
+        self.module = module  # what the forward runs (its compiled code is looked for)
         self.call_state = call_state  # the GraphedForward's CallState (pyext/gf_call_state.h)
         self.inventory = Inventory(name, device_type)
         # The capture whose forward returned and whose inventory waits for its outputs.
@@ -280,6 +295,9 @@ class ForwardRuns:
         self.snapshot: _Snapshot | None = None
         self.templates: list[Any] | None = None
         self.side_effects_named = False
+        # Whether the forward runs compiled code (graphed._compiled): the module holds it, or the
+        # compiler was seen at work in one of its runs.
+        self.compiled = False
 
     @contextlib.contextmanager
     def forward_in_phase(
@@ -303,8 +321,13 @@ class ForwardRuns:
             kept = state()
             parameters = (tensor for _, tensor in kept.parameters)
             known = storages(itertools.chain(inputs, kept.restored, parameters, kept.watched))
+        if phase != PHASE_CAPTURE and self.snapshot is None and not self.compiled:
+            self.compiled = holds_compiled_code(self.module)  # once per capture, before its runs
         inventory = self.inventory
-        staged = phase != PHASE_WARMUP or inventory.stages_constants
+        # A runner over compiled code warms up under the mode too: Dynamo guards on the stack of
+        # torch function modes, and a warm-up without the capture's mode would compile a frame
+        # the capture could not use, so the capture would compile again (graphed._compiled).
+        staged = phase != PHASE_WARMUP or inventory.stages_constants or self.compiled
         mode = inventory.mode(self.call_state.key, known) if staged else contextlib.nullcontext()
         if phase == PHASE_CAPTURE:
             self.snapshot = None
@@ -322,6 +345,7 @@ class ForwardRuns:
             if phase == PHASE_PROBE:
                 with _counting_syncs() as found, mode:
                     yield
+                self.compiled = self.compiled or _local.compiler_syncs_seen
                 _probe_verdict(found)
             else:
                 with mode:

@@ -8,13 +8,37 @@ graph only replays them) and what eager gives (to the tolerance of fused arithme
 positionally as by name, one compile and one capture per shape. On the CPU, inductor's C++ kernels
 run inside the emulated backend's capture; on the GPU (marked `gpu`) the DiT of the benchmarks in
 bf16 replays bitwise equal to its compiled self over fresh inputs.
+
+Nothing need be compiled by hand: the first call of a key compiles inside graphed's sync probe
+(a later key in its first warm-up), and the probe leaves out the compiler's own synchronizations
+while it still names the model's (graphed._compiled).
 """
 
 from __future__ import annotations
 
+import sys
+import warnings
+from pathlib import Path
+
 import pytest
 import torch
-from graphed import GraphedForward
+from graphed import GraphedForward, _phases
+
+_PHASE_NAMES = {
+    _phases.PHASE_EAGER: "eager",
+    _phases.PHASE_PROBE: "probe",
+    _phases.PHASE_WARMUP: "warm-up",
+    _phases.PHASE_CAPTURE: "capture",
+}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test compiles afresh: Dynamo's caches live on the code objects (a forward compiled by
+    an earlier test with another backend), and its recompile limit counts them."""
+    yield
+    if "torch._dynamo" in sys.modules:
+        torch._dynamo.reset()
 
 
 class Mixer(torch.nn.Module):
@@ -84,3 +108,128 @@ def test_gpu_graphed_over_compile_replays_bitwise_equal_to_compiled() -> None:
         assert stats["enabled"], stats["disabled_reason"]
         # the first call: its last warm-up's outputs
         assert (stats["captures"], stats["replays"], stats["eager_calls"]) == (1, 3, 0)
+
+
+# -- the compiler's own work is not the forward's: graphed over compiled code, nothing by hand ---
+
+
+class _CompilingBackend:
+    """A torch.compile backend that records in which of graphed's runs each compile happened (the
+    phase the core runs the forward for) and, with `syncs`, synchronizes as inductor's passes do
+    while they compile (torch's sync-debug warning, which graphed's probe counts)."""
+
+    def __init__(self, syncs: bool = True) -> None:
+        self.syncs = syncs
+        self.phases: list[int] = []
+
+    def __call__(self, graph_module, example_inputs):
+        self.phases.append(int(torch.ops.graphed.forward_phase()))
+        if self.syncs:
+            warnings.warn(f"{_phases._SYNC_WARNING} (as inductor's folding does)", stacklevel=1)
+        return graph_module.forward
+
+
+@torch.compiler.disable
+def _host_read(x: torch.Tensor) -> None:
+    """The model's own host synchronization, run eagerly between compiled graphs (a graph
+    break), as a `.item()` in a model's forward runs."""
+    warnings.warn(f"{_phases._SYNC_WARNING} (the model reads a value on the host)", stacklevel=1)
+
+
+class _ReadsOnTheHost(Mixer):
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        _host_read(x)
+        return super().forward(x, scale)
+
+
+def test_a_compiled_module_compiles_in_the_probe_and_the_compilers_syncs_are_not_the_forwards(
+    emulated_backend,
+):
+    """Nothing compiled by hand: the first call compiles inside graphed's probe, whose count of
+    synchronizations leaves the compiler's out; a new shape recompiles in its first warm-up
+    (under the capture's torch function mode, so the capture compiles nothing); the replays give
+    the compiled module's values for inputs other than the capture's."""
+    torch.manual_seed(0)
+    model = Mixer().eval()
+    backend = _CompilingBackend()
+    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
+    runner = GraphedForward(compiled, device="cpu", backend=emulated_backend, regions=False)
+    scale = torch.tensor(0.5)
+    with torch.no_grad():
+        first = torch.randn(4, 16)
+        torch.testing.assert_close(runner(x=first, scale=scale), model(first, scale))
+        assert backend.phases == [_phases.PHASE_PROBE]
+        stats = runner.stats()
+        assert stats["enabled"], stats["disabled_reason"]
+        runner(x=torch.randn(2, 16), scale=scale)  # a new shape: a recompile (dynamic=False)
+    assert backend.phases == [_phases.PHASE_PROBE, _phases.PHASE_WARMUP]
+    stats = runner.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    assert (stats["captures"], stats["eager_calls"]) == (2, 0), stats
+
+
+def test_a_true_sync_in_a_compiled_models_own_code_is_still_found_and_named(emulated_backend):
+    backend = _CompilingBackend()
+    compiled = torch.compile(_ReadsOnTheHost().eval(), backend=backend, dynamic=False)
+    runner = GraphedForward(compiled, device="cpu", backend=emulated_backend, regions=False)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the runner's own warning that it turned eager
+        runner(x=torch.randn(4, 16), scale=torch.tensor(0.5))
+    stats = runner.stats()
+    assert not stats["enabled"]
+    assert "sync probe" in stats["disabled_reason"], stats["disabled_reason"]
+    # Named where the model synchronized, not where the compiler did.
+    assert f"{Path(__file__).name}:" in stats["disabled_reason"], stats["disabled_reason"]
+    assert _PHASE_NAMES[backend.phases[0]] == "probe"
+
+
+def test_holds_compiled_code_sees_each_way_users_compile():
+    from graphed._compiled import holds_compiled_code
+
+    torch.compile(lambda t: t + 1, backend="eager")  # torch._dynamo is loaded from here on
+    assert not holds_compiled_code(Mixer())
+    assert holds_compiled_code(torch.compile(Mixer(), backend="eager"))
+    in_place = Mixer()
+    in_place.compile(backend="eager")  # nn.Module.compile()
+    assert holds_compiled_code(in_place)
+    regional = torch.nn.Sequential(Mixer(), Mixer())
+    regional[1].compile(backend="eager")  # as diffusers' compile_repeated_blocks does per block
+    assert holds_compiled_code(regional)
+    holder = Mixer()
+    holder.step = torch.compile(holder.forward, backend="eager")  # a compiled function it holds
+    assert holds_compiled_code(holder)
+    assert not holds_compiled_code(lambda t: t)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("how", ["torch.compile", "regional"])
+def test_gpu_graphed_over_code_compiled_nothing_by_hand_replays_what_compile_computes(how):
+    """Inductor compiles inside graphed's probe on the GPU (its own synchronizations not
+    counted): the runner stays enabled and every replay equals the compiled module run without
+    graphed, bitwise, over fresh inputs; a new shape recompiles before its capture."""
+    from dit_model import DiT, DiTConfig, make_inputs, rope_table
+
+    config = DiTConfig(blocks=4, dim=256, heads=4, rows=300, dtype=torch.bfloat16, device="cuda")
+    torch.manual_seed(0)
+    model = DiT(config).eval()
+    if how == "torch.compile":
+        compiled = torch.compile(model, dynamic=False)
+    else:  # regional compilation of the repeated blocks, diffusers' compile_repeated_blocks way
+        compiled = model
+        for block in model.blocks:
+            block.compile(dynamic=False)
+    runner = GraphedForward(compiled, device="cuda")
+    rope = rope_table(config)
+    inputs = [
+        make_inputs(config, rope=rope, generator=torch.Generator().manual_seed(seed))
+        for seed in range(3)
+    ]
+    got = [runner(**each) for each in inputs]  # the first call compiles: nothing by hand
+    stats = runner.stats()
+    assert stats["enabled"], stats["disabled_reason"]
+    with torch.no_grad():
+        expected = [compiled(**each) for each in inputs]  # the same compiled code, no graph
+    for index, (mine, theirs) in enumerate(zip(got, expected, strict=True)):
+        assert torch.equal(mine, theirs), f"call {index}"
+    assert (stats["captures"], stats["eager_calls"]) == (1, 0), stats

@@ -1,0 +1,127 @@
+"""What graphed knows of torch.compile, in one place: whether a module holds compiled code, whether
+the compiler is at work on this thread now, whether an exception is the compiler refusing a
+model, and the one way graphed itself compiles a forward (inductor without CUDA graphs of its
+own: graphed's graphs are the graphs).
+
+Why graphed needs to know (docs/architecture.md, "Graphed over compiled code"): torch.compile
+traces and compiles a frame the first time it runs with a new guard (a new shape, a new mode on
+the stack), and that first run of a key is graphed's sync probe or the first warm-up of a later
+key. The compiler synchronizes with the device on its own account (inductor's constant folding,
+its benchmarks of kernel choices) and none of that is in the compiled code a graph replays, so
+the probe does not count a synchronization made while the compiler is at work on the thread
+(`compiler_running`); a synchronization in the model's own code (a graph break leaves it to run
+eagerly, in the model's frame) is counted and named as before. Dynamo's guards include the stack
+of torch function modes, and graphed's capture runs under its InventoryMode: a runner whose
+module holds compiled code runs its warm-ups under that mode as well, so that a later key
+compiles in its first warm-up and never under a capture.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = [
+    "compile_forward",
+    "compile_options",
+    "compiler_refusal",
+    "compiler_running",
+    "holds_compiled_code",
+]
+
+
+def compiler_running() -> bool:
+    """Whether torch.compile is tracing or compiling a frame on this thread now (Dynamo's compile
+    context wraps the trace and the backend's compile, inductor's included)."""
+    guards = getattr(torch, "_guards", None)
+    context = getattr(guards, "CompileContext", None)
+    return context is not None and context.try_get() is not None
+
+
+def holds_compiled_code(module: Any) -> bool:
+    """Whether `module` is a torch.compile'd module, or it or one of its submodules has been
+    compiled in place (`nn.Module.compile()`, diffusers' `compile_repeated_blocks`), or it holds
+    a compiled function as an attribute of its own (graph_generation's compiled decode step)."""
+    if not isinstance(module, torch.nn.Module) or not _dynamo():
+        return False  # nothing was compiled in this process
+    if any(
+        hasattr(value, "_torchdynamo_orig_callable")
+        for value in vars(module).values()
+        if callable(value) and not isinstance(value, torch.nn.Module)
+    ):
+        return True
+    optimized = getattr(torch._dynamo.eval_frame, "OptimizedModule", ())
+    for submodule in module.modules():
+        if optimized and isinstance(submodule, optimized):
+            return True
+        if submodule.__dict__.get("_compiled_call_impl") is not None:
+            return True
+    return False
+
+
+def _dynamo() -> bool:
+    """Whether torch._dynamo is loaded (it is once anything was compiled; graphed never imports it
+    for a model that compiles nothing)."""
+    return "torch._dynamo" in sys.modules
+
+
+def compiler_refusal(error: BaseException) -> str | None:
+    """The compiler's reason when `error` is torch.compile refusing or failing to compile (a graph
+    break under fullgraph=True, a backend failure, a recompile limit hit), else None."""
+    if not _dynamo():
+        return None
+    exc = getattr(torch._dynamo, "exc", None)
+    kinds = tuple(
+        kind
+        for kind in (
+            getattr(exc, "TorchDynamoException", None),
+            getattr(exc, "FailOnRecompileLimitHit", None),  # a plain Exception
+        )
+        if isinstance(kind, type)
+    )
+    if not kinds or not isinstance(error, kinds):
+        return None
+    text = str(error).strip()
+    head = text.splitlines()[0] if text else ""
+    return f"{type(error).__name__}: {head}"[:300]
+
+
+# torch.compile's modes that record CUDA graphs of their own: under graphed's capture they would
+# capture inside a capture; graphed's graphs are the graphs.
+_GRAPHING_MODES = ("reduce-overhead", "max-autotune")
+
+
+def compile_options(compile: bool | dict) -> dict | None:
+    """The torch.compile options graphed compiles a forward with, from a `compile=` argument:
+    None for False; for True, inductor's default mode (its fused kernels, no CUDA graphs of its
+    own), one whole graph (`fullgraph=True`: a graph break is a refusal the caller names, not a
+    forward split in pieces) and static shapes (one compile per shape, as graphed keeps one graph
+    per shape); a dict is laid over those (another `mode`, a `backend`). ValueError for a mode
+    that records CUDA graphs of its own, and for anything else that is not a bool or a dict."""
+    if compile is False:
+        return None
+    options = {"fullgraph": True, "dynamic": False}
+    if isinstance(compile, dict):
+        options.update(compile)
+    elif compile is not True:
+        raise ValueError(
+            f"graphed: compile= takes True, False or a dict of torch.compile options, got "
+            f"{type(compile).__name__}"
+        )
+    mode = options.get("mode")
+    cudagraphs = (options.get("options") or {}).get("triton.cudagraphs")
+    if mode in _GRAPHING_MODES or cudagraphs:
+        raise ValueError(
+            f"graphed: compile={compile!r} asks torch.compile for CUDA graphs of its own "
+            f"(mode {mode!r}); graphed captures the compiled kernels in its own graphs: leave "
+            'mode out (inductor\'s default) or pass "max-autotune-no-cudagraphs"'
+        )
+    return options
+
+
+def compile_forward(forward: Callable[..., Any], options: dict) -> Callable[..., Any]:
+    """`forward` compiled with `options` (compile_options')."""
+    return torch.compile(forward, **options)
