@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ._compiled import compile_options
 from ._forward import GraphedForward
 from ._reentry import ReentryDepth
 
@@ -119,16 +120,40 @@ def _library_of(pipe: Any) -> str:
         return ""
 
 
+def _compile_component(module: torch.nn.Module, options: dict) -> None:
+    """Compiles a component in place, as diffusers documents it: its repeated blocks one by one
+    (`compile_repeated_blocks`, regional compilation: one compile serves every block of a kind),
+    else the whole module (`nn.Module.compile()`)."""
+    if getattr(module, "_repeated_blocks", None) and callable(
+        getattr(module, "compile_repeated_blocks", None)
+    ):
+        module.compile_repeated_blocks(**options)
+    else:
+        module.compile(**options)
+
+
 def graph_pipeline(
-    pipe: Any, components: Iterable[str] = ("transformer",), **options: Any
+    pipe: Any,
+    components: Iterable[str] = ("transformer",),
+    *,
+    compile: bool | dict = False,
+    **options: Any,
 ) -> dict[str, GraphedForward]:
     """Makes each named nn.Module component of `pipe` replay graphs: its calls go through a
     GraphedForward(component, **options) (device= defaults to the component's device, name= to
     the component's name), while the component itself stays the pipeline's, so that the registry,
     `.config`, `.dtype`, `.device`, `pipe.to(...)` and save_pretrained see the model as before.
     Returns the GraphedForward of each component by name (their stats(), entries(), reset()).
-    A component graphed already is refused; `ungraph_pipeline` undoes this."""
+    A component graphed already is refused; `ungraph_pipeline` undoes this.
+
+    compile=True compiles each component first, as diffusers documents it (its repeated blocks
+    by regional compilation where it declares them, else the whole module), in inductor's
+    default mode without CUDA graphs of its own: the compile happens in the first call, inside
+    graphed's probe (the compiler's own synchronizations are not counted), and graphed captures
+    the compiled kernels under one whole-forward graph. A dict of torch.compile options is laid
+    over those defaults (graphed._compiled.compile_options)."""
     _check_call_routing()
+    compiled = compile_options(compile)
     names = (components,) if isinstance(components, str) else tuple(components)
     modules: dict[str, torch.nn.Module] = {}
     for name in names:
@@ -146,6 +171,8 @@ def graph_pipeline(
         settings = {"name": name, **options}
         if "device" not in settings:
             settings["device"] = _device_of(module)
+        if compiled is not None:
+            _compile_component(module, compiled)
         runner = GraphedForward(module, **settings)
         previous = module.__dict__.get("_compiled_call_impl")
         module._compiled_call_impl = _GraphedCall(module, runner, previous)

@@ -367,6 +367,54 @@ def test_progress_bar_and_step_callbacks(
     assert _counts(runner) == (1, 3, 0)
 
 
+class _CountingBackend:
+    """Dynamo's traced graph run as traced (cheap on a 2-core machine), each compile counted with
+    the phase graphed ran the forward for."""
+
+    def __init__(self) -> None:
+        self.phases: list[int] = []
+
+    def __call__(self, graph_module, example_inputs):
+        self.phases.append(int(torch.ops.graphed.forward_phase()))
+        return graph_module.forward
+
+
+def test_graph_pipeline_with_compile_compiles_the_repeated_blocks_inside_the_first_step(
+    emulated_backend: str,
+) -> None:
+    """graph_pipeline(compile=...): Flux's repeated blocks compiled by regional compilation (one
+    compile per kind of block), in the first step's probe, under one whole-forward graph; its
+    disabled runner gives eager's images through the compiled blocks."""
+    from graphed import _phases
+
+    pipe, call = _build("flux")
+    eager_one, eager_three = _run(pipe, call, steps=1), _run(pipe, call, steps=3)
+    backend = _CountingBackend()
+    runners = graphed.graph_pipeline(pipe, backend=emulated_backend, compile={"backend": backend})
+    try:
+        assert torch.equal(_run(pipe, call, steps=1), eager_one)
+        runner = runners["transformer"]
+        assert runner.stats()["enabled"], runner.disabled_reason
+        assert _counts(runner) == (1, 1, 0)
+        kinds = len(pipe.transformer._repeated_blocks)
+        assert set(backend.phases) == {_phases.PHASE_PROBE}, backend.phases
+        assert 1 <= len(backend.phases) <= kinds, backend.phases
+        model = pipe.transformer  # its own call slot holds graphed's router
+        blocks = [m for m in model.modules() if m is not model and "_compiled_call_impl" in vars(m)]
+        assert blocks and all(type(m).__name__ in model._repeated_blocks for m in blocks)
+        runner.disable("the test compares eager steps")
+        assert torch.equal(_run(pipe, call, steps=3), eager_three)
+    finally:
+        graphed.ungraph_pipeline(pipe)
+
+
+def test_graph_pipeline_refuses_a_compile_mode_with_graphs_of_its_own(emulated_backend) -> None:
+    pipe, _ = _build("dit")
+    with pytest.raises(ValueError, match="CUDA graphs of its own"):
+        graphed.graph_pipeline(pipe, compile={"mode": "reduce-overhead"})
+    assert "_compiled_call_impl" not in vars(pipe.transformer)
+
+
 # -- GPU: bitwise equal to eager over several steps ----------------------------------------------
 
 
@@ -393,3 +441,24 @@ def test_gpu_pipeline_bitwise_equal_to_eager(kind: str, install: str, dtype: tor
     assert runner.stats()["enabled"], runner.disabled_reason
     assert _counts(runner) == (1, 2 * steps - 1, 0)  # the first call: its last warm-up's outputs
     assert torch.equal(first, eager) and torch.equal(second, eager)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_flux_pipeline_with_regional_compile_equals_the_compiled_pipeline() -> None:
+    """graph_pipeline(compile=True) on a Flux pipeline: inductor compiles the repeated blocks
+    inside the first step (nothing by hand), and the images equal the same compiled blocks run
+    without graphs, bitwise, over two requests."""
+    pipe, call = _build("flux", device="cuda", dtype=torch.bfloat16)
+    steps = 4
+    runner = graphed.graph_pipeline(pipe, compile=True)["transformer"]
+    try:
+        first, second = _run(pipe, call, steps=steps), _run(pipe, call, steps=steps)
+        stats = runner.stats()
+        assert stats["enabled"], stats["disabled_reason"]
+        assert _counts(runner) == (1, 2 * steps - 1, 0)
+        runner.disable("the test's reference: the compiled blocks without graphs")
+        compiled_alone = _run(pipe, call, steps=steps)
+    finally:
+        graphed.ungraph_pipeline(pipe)
+    assert torch.equal(first, compiled_alone) and torch.equal(second, compiled_alone)
