@@ -6,10 +6,11 @@
 if(NOT CUDA_TOOLKIT_ROOT_DIR)
   # The candidates, in order: CUDA_HOME, CUDA_PATH, the folder above the nvcc on the PATH (nvcc may
   # be a wrapper elsewhere), the conventional location, then the toolkit that the PyPI wheels
-  # (nvidia-cuda-nvcc and its companions; scripts/setup.sh installs them where no other nvcc fits)
-  # unpack beside torch, site-packages/nvidia/cu<major>. The first whose nvcc is of torch's CUDA
-  # major version wins; where none is, the first that holds the runtime's headers (the build then
-  # warns of the mismatch).
+  # (nvidia-cuda-nvcc and its companions: python/graphed/_nvcc_wheels.py) unpack beside torch,
+  # site-packages/nvidia/cu<major>. The first whose nvcc is of torch's exact CUDA "major.minor"
+  # wins: torch's own CMake config refuses any other (a CUDA 13.0 nvcc with a CUDA 13.2 torch
+  # stops inside it). Where none is, no toolkit is taken, the CUDA backend is left out, and
+  # GRAPHED_CUDA_MISMATCHED names the nvcc found of other releases for the message.
   set(_graphed_cuda_candidates $ENV{CUDA_HOME} $ENV{CUDA_PATH})
   find_program(GRAPHED_NVCC nvcc)
   if(GRAPHED_NVCC)
@@ -20,6 +21,7 @@ if(NOT CUDA_TOOLKIT_ROOT_DIR)
   endif()
   list(APPEND _graphed_cuda_candidates /usr/local/cuda)
   string(REGEX MATCH "^[0-9]+" _graphed_want_major "${GRAPHED_TORCH_CUDA}")
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" _graphed_want_release "${GRAPHED_TORCH_CUDA}")
   set(_graphed_pypi_root "")
   if(_graphed_want_major)
     get_filename_component(_graphed_pypi_root
@@ -29,29 +31,26 @@ if(NOT CUDA_TOOLKIT_ROOT_DIR)
       list(APPEND _graphed_cuda_candidates "${_graphed_pypi_root}")
     endif()
   endif()
-  set(_graphed_cuda_first "")
   set(_graphed_cuda_match "")
+  set(GRAPHED_CUDA_MISMATCHED "")
+  list(REMOVE_DUPLICATES _graphed_cuda_candidates)
   foreach(_graphed_candidate IN LISTS _graphed_cuda_candidates)
-    if(NOT EXISTS "${_graphed_candidate}/include/cuda_runtime.h")
+    if(NOT _graphed_want_release OR NOT EXISTS "${_graphed_candidate}/include/cuda_runtime.h"
+        OR NOT EXISTS "${_graphed_candidate}/bin/nvcc")
       continue()
     endif()
-    if(NOT _graphed_cuda_first)
-      set(_graphed_cuda_first "${_graphed_candidate}")
-    endif()
-    if(_graphed_want_major AND EXISTS "${_graphed_candidate}/bin/nvcc")
-      execute_process(COMMAND "${_graphed_candidate}/bin/nvcc" --version
-        OUTPUT_VARIABLE _graphed_nvcc_version ERROR_QUIET)
-      if(_graphed_nvcc_version MATCHES "release ([0-9]+)\\."
-          AND CMAKE_MATCH_1 STREQUAL _graphed_want_major)
+    execute_process(COMMAND "${_graphed_candidate}/bin/nvcc" --version
+      OUTPUT_VARIABLE _graphed_nvcc_version ERROR_QUIET)
+    if(_graphed_nvcc_version MATCHES "release ([0-9]+\\.[0-9]+)")
+      if(CMAKE_MATCH_1 STREQUAL _graphed_want_release)
         set(_graphed_cuda_match "${_graphed_candidate}")
         break()
       endif()
+      list(APPEND GRAPHED_CUDA_MISMATCHED "${_graphed_candidate}/bin/nvcc (CUDA ${CMAKE_MATCH_1})")
     endif()
   endforeach()
   if(_graphed_cuda_match)
     set(CUDA_TOOLKIT_ROOT_DIR "${_graphed_cuda_match}" CACHE PATH "CUDA toolkit root")
-  elseif(_graphed_cuda_first)
-    set(CUDA_TOOLKIT_ROOT_DIR "${_graphed_cuda_first}" CACHE PATH "CUDA toolkit root")
   endif()
 endif()
 if(CUDA_TOOLKIT_ROOT_DIR AND NOT CMAKE_CUDA_COMPILER AND EXISTS "${CUDA_TOOLKIT_ROOT_DIR}/bin/nvcc")

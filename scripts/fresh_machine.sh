@@ -14,6 +14,9 @@
 #   REV  the commit to test (default HEAD); uncommitted changes are never tested.
 # Environment: FRESH_MACHINE_SUITE: bookworm (Debian 12, the default) or trixie (Debian 13); the
 #              host's debootstrap must know the suite (Debian 12's does).
+#              FRESH_MACHINE_TORCH=2.14.1 makes the install runs' `pip install torch` take that
+#              release (a pip constraint, PIP_CONSTRAINT, in the run's environment, as a user's
+#              pip configuration would); by default it takes what pip picks, the newest.
 #              FRESH_MACHINE_KEEP=1 keeps DIR.run (the used machine) after the call for a look;
 #              by default it is removed (it holds virtualenvs with torch, about 15 GB).
 #              FRESH_MACHINE_RUNS names the runs, in order (default "test ci"); a name may repeat
@@ -23,8 +26,12 @@
 #                         after the demo, as a newcomer runs them)
 #                ci       `CI=true bash .ci/run` in a clone of its own (what CI does)
 #                install  the README's "Install into your environment" bash block, word for word
-#                         (extracted from the clone's README.md), in a clone of its own, then a
-#                         check that the installed graphed has its CUDA backend built in
+#                         (extracted from the clone's README.md), as root (a fresh Debian has no
+#                         sudo, and none is faked), in a clone of its own, then a check that
+#                         `python -m graphed` passes and the installed graphed has its CUDA backend
+#                install-user  the same block as a user with sudo (this machine gets Debian's sudo
+#                         package and a user "newcomer" who may use it without a password), in a
+#                         clone in that user's home
 #                none     only bootstraps DIR
 # Outputs: DIR/../fresh-logs/debian12 (or debian13): debootstrap, base, and one log per run with
 #          setup.sh's logs;
@@ -74,6 +81,9 @@ LOGS=$(dirname "$DIR")/fresh-logs/debian$DEBIAN   # one folder per Debian releas
 OWNER_MARK=.fresh-machine-owner   # this script made the directory and may empty it
 BASE_MARK=.fresh-machine-base     # the bootstrap and the base packages completed
 
+FRESH_TORCH=${FRESH_MACHINE_TORCH:-}
+[[ -z $FRESH_TORCH || $FRESH_TORCH =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]] ||
+  die "FRESH_MACHINE_TORCH: '$FRESH_TORCH' is not a release such as 2.14.1"
 [[ $DIR =~ ^[A-Za-z0-9_./+-]+$ ]] || die "DIR '$DIR': use letters, digits and _./+- only"
 (($(tr -cd / <<<"$DIR" | wc -c) >= 2)) || die "DIR '$DIR' is too close to / to be a chroot"
 if [[ $DIR == "$CHECKOUT"/* ]] && ! git -C "$CHECKOUT" check-ignore -q "$DIR"; then
@@ -82,8 +92,8 @@ fi
 COMMIT=$(git -C "$CHECKOUT" rev-parse --verify "$REV^{commit}") || die "no commit '$REV'"
 read -r -a RUNS <<<"${FRESH_MACHINE_RUNS:-test ci}"
 for label in "${RUNS[@]}"; do
-  [[ $label =~ ^(test|demo|ci|install|none)$ ]] ||
-    die "FRESH_MACHINE_RUNS: '$label' is not one of test, demo, ci, install, none"
+  [[ $label =~ ^(test|demo|ci|install|install-user|none)$ ]] ||
+    die "FRESH_MACHINE_RUNS: '$label' is not one of test, demo, ci, install, install-user, none"
 done
 
 # -- guards: every rm -rf and umount goes through these ------------------------------------------
@@ -451,15 +461,25 @@ stamp_lines() {
 # Each run's name (its label, with -2, -3, ... for a repeat), exit code and wall time, in order.
 RUN_NAMES=()
 declare -A RUN_RC RUN_TIME
-# Runs command $3... in clone $2 inside the chroot, as root with a clean environment; name $1.
+# Runs command $3... in clone $2 inside the chroot with a clean environment, as root, or as
+# RUN_AS (a user made by make_sudo_user) when that is set; name $1. RUN_ENV adds NAME=value words
+# to the environment.
+RUN_AS=""
+RUN_ENV=()
 run_in_chroot() {
   local name=$1 workdir=$2
   shift 2
-  local logfile=$LOGS/$name.log started rc
-  log "$name: in $workdir: $* (log: $logfile)"
+  local logfile=$LOGS/$name.log started rc home=/root user=() who=root
+  if [[ -n $RUN_AS ]]; then
+    home=/home/$RUN_AS
+    who=$RUN_AS
+    user=(--userspec="$RUN_AS:$RUN_AS")
+  fi
+  log "$name: as $who in $workdir: ${RUN_ENV[*]} $* (log: $logfile)"
   started=$SECONDS
   set +e
-  chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=$RUN_PATH CI=true \
+  chroot "${user[@]}" "$ROOT" /usr/bin/env -i HOME="$home" USER="$who" LOGNAME="$who" \
+    PATH=$RUN_PATH CI=true "${RUN_ENV[@]}" \
     /bin/bash -c 'cd "$1" && shift && exec "$@"' bash "$workdir" "$@" </dev/null 2>&1 |
     stamp_lines >"$logfile"
   rc=${PIPESTATUS[0]}
@@ -475,7 +495,7 @@ run_in_chroot() {
   log "$name: exit $rc after ${RUN_TIME[$name]} s; phases (time since start):"
   # setup.sh's steps, test.sh's sections, the install block's commands (set -x) and its check.
   local phases='\[setup\] (apt-get install|pip install|building|ready)|== |\[install\]'
-  phases+='|\+ (sudo|apt-get|python3?|pip|\.) '
+  phases+='|\+ (\$SUDO|sudo|apt-get|python3?|pip|xargs|\.) '
   grep -E "^\[[0-9:]+\] ($phases)" "$logfile" | sed 's/^/    /' || true
   log "$name: closing lines:"
   tail -n 15 "$logfile" | sed 's/^/    /'
@@ -493,8 +513,9 @@ readme_install_block() {
 }
 
 # Writes, at $1 inside the chroot, a script that runs the README block of clone $2 as a user
-# pastes it (each command echoed, stopping at the first that fails) and then checks that the
-# graphed it installed imports from outside the checkout with the CUDA backend built in.
+# pastes it (each command echoed, stopping at the first that fails; nothing stands in for a
+# command the machine lacks, sudo included) and then checks, from outside the checkout, that
+# `python -m graphed` passes and that the graphed it installed has the CUDA backend built in.
 write_install_run() {
   local script=$ROOT$1 block
   block=$(readme_install_block "$ROOT$2/README.md")
@@ -503,19 +524,23 @@ write_install_run() {
   {
     echo '# Written by fresh_machine.sh: the README install block of the commit under test.'
     echo 'set -ex -o pipefail'
-    echo '# A fresh Debian has no sudo; as root the block'"'"'s `sudo` is the command itself.'
-    echo 'command -v sudo >/dev/null 2>&1 || sudo() { "$@"; }'
     printf '%s\n' "$block"
     cat <<'CHECK'
 set +x
 cd /
+echo "[install] $(id -un) on Debian $(cat /etc/debian_version); python -m graphed:"
+python -m graphed | sed 's/^/[install]   /'
 python - <<'PY'
 import sys
+from importlib import metadata
+
+import torch
 
 import graphed
 import graphed._build_info as info
 
 built = ", ".join(info.backends) or "none"
+print(f"[install] torch {torch.__version__}; graphed requires {metadata.requires('graphed')}")
 print(f"[install] graphed {graphed.__version__} from {graphed.__file__}")
 print(f"[install] backends built in: {built}; backend at load: {graphed.backend()[0]}")
 if "cuda" not in info.backends:
@@ -527,6 +552,34 @@ CHECK
   log "install: the README block under test:"
   printf '%s\n' "$block" | sed 's/^/    /'
 }
+
+# Makes user $1 on this call's machine, with Debian's sudo package and a sudoers entry that lets the
+# user run anything as root without a password (as a cloud image's default user may), and the
+# host's pip configuration carried into the user's home as it was into root's.
+make_sudo_user() {
+  local user=$1
+  [[ -d $ROOT/home/$user ]] && return 0
+  log "making user $user with sudo (log: $LOGS/user.log)"
+  chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=$RUN_PATH DEBIAN_FRONTEND=noninteractive \
+    /bin/bash -c 'apt-get update -q && apt-get install -y -q --no-install-recommends sudo &&
+      apt-get clean && rm -rf /var/lib/apt/lists/* && useradd -m -s /bin/bash "$1" &&
+      printf "%s ALL=(ALL:ALL) NOPASSWD: ALL\n" "$1" >"/etc/sudoers.d/$1" &&
+      chmod 440 "/etc/sudoers.d/$1"' bash "$user" >"$LOGS/user.log" 2>&1 </dev/null ||
+    { tail -n 30 "$LOGS/user.log" >&2; die "making the sudo user $user failed"; }
+  if [[ -d $ROOT/root/.config/pip ]]; then
+    mkdir -p "$ROOT/home/$user/.config"
+    cp -a "$ROOT/root/.config/pip" "$ROOT/home/$user/.config/"
+  fi
+  chown -R "$(chroot "$ROOT" id -u "$user"):$(chroot "$ROOT" id -g "$user")" "$ROOT/home/$user"
+}
+
+# FRESH_MACHINE_TORCH: a constraint file that every pip of the install runs reads.
+TORCH_ENV=()
+if [[ -n $FRESH_TORCH ]]; then
+  printf 'torch==%s\n' "$FRESH_TORCH" >"$ROOT/etc/fresh-machine-torch.txt"
+  TORCH_ENV=(PIP_CONSTRAINT=/etc/fresh-machine-torch.txt)
+  log "install runs: pip takes torch==$FRESH_TORCH (PIP_CONSTRAINT)"
+fi
 
 log "testing commit $COMMIT on Debian $DEBIAN ($SUITE)"
 declare -A SEEN
@@ -547,7 +600,19 @@ for label in "${RUNS[@]}"; do
     install)
       clone_into_chroot /root/graphed-install
       write_install_run /root/install-run.sh /root/graphed-install
+      RUN_ENV=("${TORCH_ENV[@]}")
       run_in_chroot "$name" /root/graphed-install bash /root/install-run.sh
+      RUN_ENV=()
+      ;;
+    install-user)
+      make_sudo_user newcomer
+      clone_into_chroot /home/newcomer/graphed-install
+      chown -R "$(chroot "$ROOT" id -u newcomer):$(chroot "$ROOT" id -g newcomer)" \
+        "$ROOT/home/newcomer/graphed-install"
+      write_install_run /home/newcomer/install-run.sh /home/newcomer/graphed-install
+      RUN_AS=newcomer RUN_ENV=("${TORCH_ENV[@]}")
+      run_in_chroot "$name" /home/newcomer/graphed-install bash /home/newcomer/install-run.sh
+      RUN_AS="" RUN_ENV=()
       ;;
   esac
 done

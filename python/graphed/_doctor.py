@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
+from . import _nvcc_wheels
+
 _OK, _FAIL = "pass", "FAIL"
 _DESCRIPTION = (
     "The graphed doctor: prints what is installed (graphed, torch, the NVIDIA driver, the torch "
@@ -140,9 +142,6 @@ def driver_version() -> str:
         return "unknown (no nvidia-smi or pynvml answer)"
 
 
-# The nvcc wheels from PyPI that make a CUDA toolkit beside torch (site-packages/nvidia/cu<major>),
-# pinned to torch's CUDA "major.minor"; CMakeLists.txt and the README name the same four.
-_NVCC_WHEELS = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl")
 _NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
 
 
@@ -201,36 +200,43 @@ def cuda_left_out(
 ) -> tuple[str, str] | None:
     """Why this build has no CUDA backend although torch has CUDA `build_torch_cuda`, and the one
     command that builds it (no GPU needed); None where the backend is built or torch has no CUDA.
-    The build leaves the backend out when it finds no nvcc of torch's CUDA major version, and pip
+    The build leaves the backend out when it finds no nvcc of torch's CUDA major.minor, and pip
     shows what the build said only with -v: this says it after the fact."""
     if not build_torch_cuda or "cuda" in backends:
         return None
     major = build_torch_cuda.split(".")[0]
+    wanted = _nvcc_wheels.release(build_torch_cuda) or build_torch_cuda
     source, editable = install_source()
-    pip = f"{shlex.quote(sys.executable or 'python')} -m pip"
+    python = sys.executable or "python"
+    pip = f"{shlex.quote(python)} -m pip"
     rebuild = (
         f"{pip} install --no-build-isolation --force-reinstall --no-deps "
         f"{'-e ' if editable else ''}{source}"
     )
+    others = []
     for nvcc in nvcc_candidates(torch_dir, major):
         release = _nvcc_release(nvcc)
-        if release and release.split(".")[0] == major:
+        if release == wanted:
             why = (
-                f"torch has CUDA {build_torch_cuda}; this build found no nvcc of CUDA {major} "
+                f"torch has CUDA {build_torch_cuda}; this build found no nvcc of CUDA {wanted} "
                 f"(or was made with GRAPHED_WITH_CUDA=OFF), but one is here now: {nvcc} "
                 f"(CUDA {release}). Build graphed again"
             )
             return why, rebuild
+        if release:
+            others.append(f"{nvcc} (CUDA {release})")
     why = (
-        f"torch has CUDA {build_torch_cuda}, but no nvcc of CUDA {major} was found when graphed "
+        f"torch has CUDA {build_torch_cuda}, but no nvcc of CUDA {wanted} was found when graphed "
         "was built, nor now (CUDA_HOME, CUDA_PATH, the PATH, /usr/local/cuda, the nvcc wheels "
         "beside torch); no GPU is needed to build it"
     )
-    if int(major) >= 13:
-        pins = " ".join(f"'{wheel}=={build_torch_cuda}.*'" for wheel in _NVCC_WHEELS)
-        return why, f"{pip} install {pins} && {rebuild}"
+    if others:
+        why += f"; only {', '.join(others)}, and torch's build accepts only its own CUDA release"
+    install = _nvcc_wheels.install_command(build_torch_cuda, python)
+    if install:
+        return why, f"{install} && {rebuild}"
     # PyPI's nvcc wheels of CUDA 12 and older unpack in another layout that the build does not use.
-    return why, f"CUDA_HOME=<a CUDA {major} toolkit> {rebuild}"
+    return why, f"CUDA_HOME=<a CUDA {wanted} toolkit> {rebuild}"
 
 
 class _Tiny:
