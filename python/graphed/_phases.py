@@ -5,6 +5,7 @@ forward_phase() says which). Three eager-semantics promises hang on that:
 - Capture-aware code (`if not torch.cuda.is_current_stream_capturing(): <a host sync>`, as
   transformers' mask builder does) takes its capture branch in the probe and the warm-ups too, so
   they run what the capture records and the probe does not fail on a sync the capture would skip.
+  torch.compile, while it compiles a frame there, gets torch's own answer (graphed._compiled).
   The answer changes for this thread only; code that imported the function by name before the
   process made its first CUDA runner keeps torch's own answer.
 - Warm-ups leave no trace in tensor state: module buffers, tensor attributes of its submodules
@@ -93,7 +94,9 @@ _installed = False
 
 def _capture_aware(original):
     def is_current_stream_capturing() -> bool:
-        if getattr(_local, "as_if_capturing", False):
+        # Not to torch.compile: Dynamo refuses to compile while a capture is under way (it asks
+        # this function), and a probe or a warm-up is where graphed lets a forward compile.
+        if getattr(_local, "as_if_capturing", False) and not compiler_running():
             return True
         return original()
 

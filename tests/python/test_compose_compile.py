@@ -233,3 +233,47 @@ def test_gpu_graphed_over_code_compiled_nothing_by_hand_replays_what_compile_com
     for index, (mine, theirs) in enumerate(zip(got, expected, strict=True)):
         assert torch.equal(mine, theirs), f"call {index}"
     assert (stats["captures"], stats["eager_calls"]) == (1, 0), stats
+
+
+class _AsksAboutCapture(Mixer):
+    """Records what torch.cuda.is_current_stream_capturing answers the model's own code, as
+    capture-aware code asks it (outside what is compiled: a graph break)."""
+
+    answers: list[bool]
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        _ask_about_capture(self.answers)
+        return super().forward(x, scale)
+
+
+@torch.compiler.disable
+def _ask_about_capture(answers: list[bool]) -> None:
+    answers.append(torch.cuda.is_current_stream_capturing())
+
+
+def test_the_compiler_is_told_no_capture_is_under_way_while_the_model_is_told_one_is(
+    emulated_backend, monkeypatch
+):
+    """During the probe and the warm-ups graphed answers True to the model's capture-aware code;
+    to torch.compile, which refuses to compile under a capture and asks the same function, it
+    gives torch's own answer, so that the compile can happen there."""
+    _phases.install_capture_awareness()  # as a process's first CUDA runner does
+    # torch's own answer without asking a CUDA driver (a CPU machine may have none): no capture.
+    monkeypatch.setattr(torch.cuda.graphs, "_cuda_isCurrentStreamCapturing", lambda: False)
+    model = _AsksAboutCapture().eval()
+    model.answers = []
+    compiler_answers: list[bool] = []
+
+    def backend(graph_module, example_inputs):
+        compiler_answers.append(torch.cuda.is_current_stream_capturing())
+        return graph_module.forward
+
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    runner = GraphedForward(compiled, device="cpu", backend=emulated_backend, regions=False)
+    with torch.no_grad():
+        runner(x=torch.randn(4, 16), scale=torch.tensor(0.5))
+    assert runner.stats()["enabled"], runner.stats()["disabled_reason"]
+    assert compiler_answers and not any(compiler_answers), compiler_answers
+    # The probe and the warm-up, then the capture (which the emulated backend does not make on
+    # a CUDA stream: torch's own answer there).
+    assert len(model.answers) == 3 and model.answers[:2] == [True, True], model.answers
