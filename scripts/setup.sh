@@ -13,7 +13,7 @@
 #            tools. Without it (the demo) none of these is installed, and the GoogleTest suites
 #            are built only when GoogleTest is already there. The tests after the demo keep the
 #            demo's CMake build (build/wheel) and compile only what they add.
-# CUDA: the CUDA backend needs an nvcc of torch's CUDA major version (torch 2.14.1: CUDA 13.0),
+# CUDA: the CUDA backend needs an nvcc of torch's exact CUDA major.minor (torch 2.14.1: CUDA 13.0),
 # which Debian does not ship. Where none is found (the PATH, CUDA_HOME, /usr/local/cuda), the
 # nvcc wheels of torch's CUDA version come from PyPI into .venv and the build uses them; no GPU is
 # needed to build the backend (a machine without one runs eager).
@@ -24,7 +24,11 @@
 # Environment: PYTHON (the interpreter that creates .venv, default python3),
 #              GRAPHED_CUDA_ARCHITECTURES (the CUDA architectures to build for, a CMake list such
 #              as "90" or "80;90;100"; default 80;90),
-#              GRAPHED_SETUP_FORCE_CONFIGURE=1 (start the CMake build in build/wheel afresh).
+#              GRAPHED_SETUP_FORCE_CONFIGURE=1 (start the CMake build in build/wheel afresh),
+#              GRAPHED_SETUP_TORCH=2.15.0 (another torch beside the tests' own: its virtualenv is
+#              .venv-torch-2.15.0, its build build/torch-2.15.0/{wheel,dist,setup-logs}; test.sh
+#              makes one of the newest supported torch, NEWEST_TORCH below, and runs part of the
+#              suite on it. Use it without --tests: the test packages stay .venv's).
 # Outputs: build/dist/graphed-*.whl (the wheel), build/wheel (the CMake build dir, for ctest), the
 # logs of every step in build/setup-logs/.
 set -euo pipefail
@@ -37,11 +41,28 @@ DIST=$ROOT/build/dist
 LOGS=$ROOT/build/setup-logs
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=2.14.1
+# The newest torch graphed supports (metadata/torch_pin.py); test.sh builds against it too.
+NEWEST_TORCH=2.15.0
 want_tests=0
 [[ ${1:-} == --tests ]] && want_tests=1
-
 log() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+if [[ ${1:-} == --print-newest-torch ]]; then
+  echo "$NEWEST_TORCH"
+  exit 0
+fi
+if [[ -n ${GRAPHED_SETUP_TORCH:-} ]]; then
+  [[ $GRAPHED_SETUP_TORCH =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
+    die "GRAPHED_SETUP_TORCH='$GRAPHED_SETUP_TORCH' is not a release such as 2.15.0"
+  ((want_tests == 0)) ||
+    die "GRAPHED_SETUP_TORCH goes without --tests (the test packages are .venv's)"
+  TORCH_VERSION=$GRAPHED_SETUP_TORCH
+  VENV=$ROOT/.venv-torch-$TORCH_VERSION
+  BUILD=$ROOT/build/torch-$TORCH_VERSION/wheel
+  DIST=$ROOT/build/torch-$TORCH_VERSION/dist
+  LOGS=$ROOT/build/torch-$TORCH_VERSION/setup-logs
+fi
+
 mkdir -p "$LOGS"
 # Where the logs were before build/setup-logs.
 rm -f "$ROOT/build/setup-build.log" "$ROOT/build/setup-install.log" "$VENV"/pip-install*.log
@@ -319,13 +340,13 @@ fi
 # ---- XPU test tools: end -----------------------------------------------------------------------
 
 # -- nvcc for the CUDA backend ---------------------------------------------------------------------
-# The CUDA backend is built only with an nvcc of torch's CUDA major version. Where the PATH,
-# CUDA_HOME and /usr/local/cuda hold none, the nvcc wheels of torch's CUDA version (nvcc, the NVVM
-# compiler it runs, the CUDA headers torch's own wheels leave out) come from PyPI into .venv,
-# about 270 MB, pinned to torch's "major.minor". They unpack to site-packages/nvidia/cu<major>,
-# where cmake/GraphedTorchCudaHints.cmake finds them; the build is also pointed there (CUDA_HOME).
+# The CUDA backend is built only with an nvcc of torch's exact CUDA "major.minor" (torch's own
+# CMake config refuses any other). Where the PATH, CUDA_HOME and /usr/local/cuda hold none, the
+# nvcc wheels of torch's CUDA release (nvcc, the NVVM compiler it runs, the CUDA headers torch's
+# own wheels leave out; python/graphed/_nvcc_wheels.py names them) come from PyPI into .venv,
+# about 270 MB. They unpack to site-packages/nvidia/cu<major>, where
+# cmake/GraphedTorchCudaHints.cmake finds them; the build is also pointed there (CUDA_HOME).
 # A failure here never fails the setup: graphed then builds without its CUDA backend (eager).
-NVCC_WHEELS=(nvidia-cuda-nvcc nvidia-nvvm nvidia-cuda-crt nvidia-cuda-cccl nvidia-cuda-runtime)
 # Prints "<torch.version.cuda> <site-packages>" without importing torch (fast); nothing for a torch
 # without CUDA.
 torch_cuda_and_site() {
@@ -353,12 +374,13 @@ torch_cuda_site=$(torch_cuda_and_site)
 if [[ -n $torch_cuda_site ]]; then
   torch_cuda=${torch_cuda_site%% *}
   cuda_major=${torch_cuda%%.*}
+  cuda_release=$(cut -d. -f1,2 <<<"$torch_cuda")
   pypi_toolkit=${torch_cuda_site#* }/nvidia/cu$cuda_major
   system_nvcc=""
   for candidate in "$(command -v nvcc || true)" "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" \
     /usr/local/cuda/bin/nvcc; do
     release=$(nvcc_release "$candidate")
-    if [[ -n $release && ${release%%.*} == "$cuda_major" ]]; then
+    if [[ -n $release && $release == "$cuda_release" ]]; then
       system_nvcc="$candidate (CUDA $release)"
       break
     fi
@@ -366,16 +388,13 @@ if [[ -n $torch_cuda_site ]]; then
   if [[ -n $system_nvcc ]]; then
     log "nvcc for torch's CUDA $torch_cuda: $system_nvcc"
   elif ((cuda_major < 13)); then
-    log "note: no nvcc of CUDA $cuda_major found, and PyPI's have another layout: graphed" \
-      "builds without its CUDA backend (set CUDA_HOME to a CUDA $cuda_major toolkit)"
+    log "note: no nvcc of CUDA $cuda_release found, and PyPI's have another layout: graphed" \
+      "builds without its CUDA backend (set CUDA_HOME to a CUDA $cuda_release toolkit)"
   else
-    pins=()
-    for wheel in "${NVCC_WHEELS[@]}"; do
-      pins+=("$wheel==$torch_cuda.*")
-    done
-    if ! packages_complete "$VENV/bin/python" "${pins[@]}"; then
+    mapfile -t pins < <("$VENV/bin/python" "$ROOT/python/graphed/_nvcc_wheels.py" 2>/dev/null)
+    if ((${#pins[@]})) && ! packages_complete "$VENV/bin/python" "${pins[@]}"; then
       wait_for_third_party_installs # one pip at a time in .venv
-      log "pip install ${pins[*]} (no nvcc of CUDA $cuda_major found; about 270 MB)"
+      log "pip install ${pins[*]} (no nvcc of CUDA $cuda_release found; about 270 MB)"
       if "$VENV/bin/python" -m pip install --disable-pip-version-check --no-cache-dir \
         "${pins[@]}" "torch==$TORCH_VERSION" >"$LOGS/pip-nvcc.log" 2>&1; then
         export GRAPHED_SETUP_FORCE_CONFIGURE=1 # configure afresh with the new toolkit
@@ -421,12 +440,13 @@ if have_gtest; then
 fi
 mkdir -p "$BUILD" "$DIST"
 rm -f "$DIST"/graphed-*.whl
-log "building the wheel (GoogleTest suites: $tests; log: build/setup-logs/build.log)"
+log "building the wheel against torch $TORCH_VERSION (GoogleTest suites: $tests; log:" \
+  "${LOGS#"$ROOT"/}/build.log)"
 # GRAPHED_CUDA_ARCHITECTURES goes to every build, empty for CMake's default, so that a run without
 # it goes back to the default.
 run_logged "$LOGS/build.log" env "${build_env[@]}" "$VENV/bin/python" -m pip wheel -v \
   --disable-pip-version-check --no-build-isolation --no-deps --wheel-dir "$DIST" \
-  --config-settings=build-dir=build/wheel \
+  "--config-settings=build-dir=$BUILD" \
   --config-settings=cmake.define.GRAPHED_BUILD_TESTS=$tests \
   "--config-settings=cmake.define.GRAPHED_CUDA_ARCHITECTURES=${GRAPHED_CUDA_ARCHITECTURES:-}" \
   "$ROOT"
@@ -435,4 +455,4 @@ wheel=$(ls "$DIST"/graphed-*.whl)
 wait_for_third_party_installs # one pip at a time in .venv
 run_logged "$LOGS/install.log" "$VENV/bin/python" -m pip install \
   --disable-pip-version-check --no-deps --force-reinstall "$wheel"
-log "ready: $(basename "$wheel") installed into .venv"
+log "ready: $(basename "$wheel") installed into ${VENV#"$ROOT"/}"
