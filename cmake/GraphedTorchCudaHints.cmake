@@ -6,7 +6,7 @@
 if(NOT CUDA_TOOLKIT_ROOT_DIR)
   # The candidates, in order: CUDA_HOME, CUDA_PATH, the folder above the nvcc on the PATH (nvcc may
   # be a wrapper elsewhere), the conventional location, then the toolkit that the PyPI wheels
-  # (nvidia-cuda-nvcc and its companions: python/graphed/_nvcc_wheels.py) unpack beside torch,
+  # (nvidia-cuda-nvcc and its companions: install/nvcc_wheels.py) unpack beside torch,
   # site-packages/nvidia/cu<major>. The first whose nvcc is of torch's exact CUDA "major.minor"
   # wins: torch's own CMake config refuses any other (a CUDA 13.0 nvcc with a CUDA 13.2 torch
   # stops inside it). Where none is, no toolkit is taken, the CUDA backend is left out, and

@@ -41,7 +41,7 @@ DIST=$ROOT/build/dist
 LOGS=$ROOT/build/setup-logs
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=2.14.1
-# The newest torch graphed supports (metadata/torch_pin.py); test.sh builds against it too.
+# The newest torch graphed supports (install/torch_pin.py); test.sh builds against it too.
 NEWEST_TORCH=2.15.0
 want_tests=0
 [[ ${1:-} == --tests ]] && want_tests=1
@@ -343,7 +343,7 @@ fi
 # The CUDA backend is built only with an nvcc of torch's exact CUDA "major.minor" (torch's own
 # CMake config refuses any other). Where the PATH, CUDA_HOME and /usr/local/cuda hold none, the
 # nvcc wheels of torch's CUDA release (nvcc, the NVVM compiler it runs, the CUDA headers torch's
-# own wheels leave out; python/graphed/_nvcc_wheels.py names them) come from PyPI into .venv,
+# own wheels leave out; install/nvcc_wheels.py names them) come from PyPI into .venv,
 # about 270 MB. They unpack to site-packages/nvidia/cu<major>, where
 # cmake/GraphedTorchCudaHints.cmake finds them; the build is also pointed there (CUDA_HOME).
 # A failure here never fails the setup: graphed then builds without its CUDA backend (eager).
@@ -391,7 +391,7 @@ if [[ -n $torch_cuda_site ]]; then
     log "note: no nvcc of CUDA $cuda_release found, and PyPI's have another layout: graphed" \
       "builds without its CUDA backend (set CUDA_HOME to a CUDA $cuda_release toolkit)"
   else
-    mapfile -t pins < <("$VENV/bin/python" "$ROOT/python/graphed/_nvcc_wheels.py" 2>/dev/null)
+    mapfile -t pins < <("$VENV/bin/python" "$ROOT/install/nvcc_wheels.py" 2>/dev/null)
     if ((${#pins[@]})) && ! packages_complete "$VENV/bin/python" "${pins[@]}"; then
       wait_for_third_party_installs # one pip at a time in .venv
       log "pip install ${pins[*]} (no nvcc of CUDA $cuda_release found; about 270 MB)"

@@ -2,14 +2,16 @@
 of torch's exact CUDA "major.minor" (torch's own CMake config refuses any other), and, for CUDA 13
 and newer, NVIDIA's nvcc wheels from PyPI of that release, which unpack beside torch
 (site-packages/nvidia/cu<major>) where the build finds them. The README's install block, CMake's
-message when it leaves the CUDA backend out, scripts/setup.sh and `python -m graphed` all take the
-wheels and the command from here, so they agree for a CUDA 13.0 torch and a CUDA 13.2 one alike.
+message when it leaves the CUDA backend out and scripts/setup.sh all take the
+wheels and the command from here (the doctor, installed without this folder, keeps the same list,
+checked by tests/python/test_torch_pin.py), so they agree for a CUDA 13.0 torch and a CUDA 13.2
+one alike.
 
 It imports nothing of torch or of graphed (it runs before graphed is built, and torch's version is
-read from its files), so it also runs as a script in a checkout:
+read from its files); it runs as a script in a checkout:
 
-    python python/graphed/_nvcc_wheels.py              # the pins, one a line, for torch's CUDA
-    python python/graphed/_nvcc_wheels.py --command    # the whole pip command, or why there is none
+    python install/nvcc_wheels.py              # the pins, one a line, for torch's CUDA
+    python install/nvcc_wheels.py --command    # the whole pip command, or why there is none
 
 With no torch, a torch without CUDA, or one of CUDA 12 or older (whose PyPI wheels have another
 layout: set CUDA_HOME to a toolkit of that version instead), it prints no pins and says why on
@@ -87,7 +89,7 @@ def why_none(cuda: str | None) -> str:
 
 def main(argv: list[str]) -> int:
     if argv not in ([], ["--command"]):
-        print("usage: _nvcc_wheels.py [--command]", file=sys.stderr)
+        print("usage: nvcc_wheels.py [--command]", file=sys.stderr)
         return 2
     cuda = torch_cuda()
     wanted = pins(cuda)
