@@ -11,9 +11,10 @@ but under step caches a leaf of the model's own code is (a rotary embedding: ten
 
 The candidates are the module's children, descending through containers that are not callable
 (nn.ModuleList, nn.ModuleDict). Each gets a `Region`, installed as the child's instance `forward`
-once, when the regions are made: nn.Module.__call__ runs the child's hooks eagerly and calls the
-Region, which sends the call to the region's GraphedForward while the parent's regional call is
-in flight on this thread, and to the original forward otherwise. The region's GraphedForward
+(a child compiled in place: its `_compiled_call_impl`, so that the region graphs the compiled
+call) once, when the regions are made: nn.Module.__call__ runs the child's hooks eagerly and
+calls the Region, which sends the call to the region's GraphedForward while the parent's
+regional call is in flight on this thread, and to the original forward otherwise. The region's GraphedForward
 calls that original forward (its `_forward_call`), never the child itself, and watches the child.
 The override is installed once, not around each call of the parent: a region's watch checks the
 child's `__dict__`, and writing it at every call would make every region compare its whole module
@@ -147,7 +148,19 @@ class Region:
         # `forward` attribute, hooks and all.
         self._reference = step_caches.own_forward_reference(module)
         self.beneath_hooks = self._reference is not None
-        self.original = getattr(*self._reference) if self._reference is not None else module.forward
+        # Compiled in place (`module.compile()`, diffusers' compile_repeated_blocks): the region
+        # takes the slot nn.Module.__call__ consults first and graphs the compiled call, hooks
+        # included as compiled; installed as `forward`, it would be traced by the compiler
+        # instead, and graph the plain forward.
+        self._compiled_slot = self._reference is None and callable(
+            vars(module).get("_compiled_call_impl")
+        )
+        if self._reference is not None:
+            self.original = getattr(*self._reference)
+        elif self._compiled_slot:
+            self.original = vars(module)["_compiled_call_impl"]
+        else:
+            self.original = module.forward
         self.__wrapped__ = self.original
         # The kwargs a positional call binds to, as the region's GraphedForward binds them.
         names, limit = _arguments.positional_names(module)
@@ -156,13 +169,18 @@ class Region:
     def install(self) -> None:
         if self._reference is not None:
             setattr(*self._reference, self)
+        elif self._compiled_slot:
+            self.module._compiled_call_impl = self
         else:
             vars(self.module)["forward"] = self
 
     def remove(self) -> None:
         """Puts the original forward back (if this Region is still the one installed)."""
         attributes = vars(self.module)
-        if self._reference is not None:
+        if self._compiled_slot:
+            if attributes.get("_compiled_call_impl") is self:
+                self.module._compiled_call_impl = self.original
+        elif self._reference is not None:
             if getattr(*self._reference) is self:
                 setattr(*self._reference, self.original)
             if attributes.get("forward") is self:  # diffusers removed its hook: the chain's end

@@ -277,3 +277,69 @@ def test_the_compiler_is_told_no_capture_is_under_way_while_the_model_is_told_on
     # The probe and the warm-up, then the capture (which the emulated backend does not make on
     # a CUDA stream: torch's own answer there).
     assert len(model.answers) == 3 and model.answers[:2] == [True, True], model.answers
+
+
+class _TwoBlocks(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = Mixer(), Mixer()
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x, scale), scale)
+
+
+def test_regions_of_blocks_compiled_in_place_graph_the_compiled_call(emulated_backend):
+    """A forward that cannot be captured whole (a planted failure, as a `.item()` in its own
+    code) over blocks compiled in place: each block's region takes the compiled call, so the
+    compiler compiles each block (never under a capture) and the regions' graphs hold the
+    compiled code, one capture each."""
+    from _backend_choice import fail_captures_of
+
+    torch.manual_seed(0)
+    model = _TwoBlocks().eval()
+    backend = _CompilingBackend(syncs=False)
+    for block in (model.first, model.second):
+        block.compile(backend=backend, dynamic=False)
+    compiled_calls = [vars(block)["_compiled_call_impl"] for block in (model.first, model.second)]
+    fail_captures_of(model)
+    runner = GraphedForward(model, device="cpu", backend=emulated_backend)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the runner's own word that it runs in regions
+        for _ in range(4):
+            runner(x=torch.randn(4, 16), scale=torch.tensor(0.5))
+    regions = {region.path: region for region in runner._regions.regions}
+    assert set(regions) == {"first", "second"}, regions
+    for region, compiled_call in zip(regions.values(), compiled_calls, strict=True):
+        assert region.original is compiled_call  # the compiled call, not the plain forward
+        stats = region.runner.stats()
+        assert stats["enabled"], stats["disabled_reason"]
+        assert stats["captures"] == 1 and stats["replays"] >= 2, stats
+    assert backend.phases and _phases.PHASE_CAPTURE not in backend.phases, backend.phases
+    runner.reset()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_regions_over_blocks_compiled_in_place_replay_what_compile_computes() -> None:
+    """On the GPU: the regions of a forward that cannot be captured whole, over blocks compiled
+    in place by inductor, give the compiled blocks' values bitwise over fresh inputs."""
+    from _backend_choice import fail_captures_of
+
+    torch.manual_seed(0)
+    model = _TwoBlocks().to("cuda").eval()
+    for block in (model.first, model.second):
+        block.compile(dynamic=False)
+    fail_captures_of(model)
+    runner = GraphedForward(model, device="cuda")
+    inputs = [torch.randn(64, 16, device="cuda") for _ in range(4)]
+    scale = torch.tensor(0.5, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = [runner(x=x, scale=scale).clone() for x in inputs]
+    with torch.no_grad():
+        expected = [model(x, scale) for x in inputs]  # outside the runner: the compiled blocks
+    for index, (mine, theirs) in enumerate(zip(got, expected, strict=True)):
+        assert torch.equal(mine, theirs), f"call {index}"
+    for region in runner._regions.regions:
+        stats = region.runner.stats()
+        assert stats["enabled"] and stats["replays"] >= 2, stats
