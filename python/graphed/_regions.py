@@ -14,8 +14,9 @@ The candidates are the module's children, descending through containers that are
 (a child compiled in place: its `_compiled_call_impl`, so that the region graphs the compiled
 call) once, when the regions are made: nn.Module.__call__ runs the child's hooks eagerly and
 calls the Region, which sends the call to the region's GraphedForward while the parent's
-regional call is in flight on this thread, and to the original forward otherwise. The region's GraphedForward
-calls that original forward (its `_forward_call`), never the child itself, and watches the child.
+regional call is in flight on this thread, and to the original forward otherwise. The region's
+GraphedForward calls that original forward (its `_forward_call`), never the child itself, and
+watches the child.
 The override is installed once, not around each call of the parent: a region's watch checks the
 child's `__dict__`, and writing it at every call would make every region compare its whole module
 at every call. A child carrying a diffusers step cache's hooks (graphed._step_caches) gets its
