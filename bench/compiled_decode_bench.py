@@ -218,6 +218,7 @@ def main() -> int:
         print(f"{name}:")
         results.append(run_model(name))
         print(f"  ({time.perf_counter() - started:.0f} s)")
+        print("\n".join(table(results[-1:])[2:]))  # this model's row now: a later one may not end
         (args.out / "compiled_decode_results.json").write_text(json.dumps(results, indent=1))
         torch.cuda.empty_cache()
     print("\n".join(table(results)))
