@@ -4,7 +4,9 @@
 # GoogleTest suites through ctest from the wheel's build dir and the Python suite through pytest
 # against the installed package, prints each runner's counts and a combined closing line, and
 # exits non-zero if any runner failed. The third-party tests run a second time on the newest
-# transformers, diffusers and accelerate (.venv-newest). It also runs scripts/sanitize.sh
+# transformers, diffusers and accelerate (.venv-newest), and part of the suite runs again against
+# the newest torch graphed supports (its own build, .venv-torch-<version>). It also runs
+# scripts/sanitize.sh
 # (ASan+UBSan, a fuzz run), whose steps are counted in the closing line with the rest
 # (scripts/junit_counts.py).
 # CI runs it through .ci/run. Extra arguments go to pytest (for example -k NAME or -m gpu).
@@ -109,6 +111,43 @@ elif ((newest_rc != 0)); then
   status=1
 fi
 
+# The newest torch graphed supports (setup.sh's NEWEST_TORCH, beside .venv's pinned one): graphed
+# built against it as a user builds it (its own virtualenv and wheel; the nvcc of its CUDA
+# release), then the GoogleTest suites and the Python tests that cover the core, the C entry, the
+# install and the switches, about a fifth of the suite's time. The whole suite passes on it too
+# (CHANGELOG); this keeps CI within its time.
+echo
+torch_newest=$(bash "$ROOT/scripts/setup.sh" --print-newest-torch)
+echo "== the newest torch: $torch_newest (setup, build, ctest, part of pytest) =="
+TORCH_NEWEST_TESTS=(test_install.py test_torch_pin.py test_graphed_cpu.py test_positional.py test_inputs.py
+  test_runner_api.py test_switches.py test_tree.py test_walker.py test_first_call.py
+  test_agreement.py test_changed_state.py test_verify_compare.py test_readme_use.py)
+newest_torch_build=$ROOT/build/torch-$torch_newest/wheel
+newest_torch_setup_rc=0
+newest_torch_ctest_rc=0
+newest_torch_pytest_rc=0
+(cd "$ROOT" && GRAPHED_SETUP_TORCH=$torch_newest bash scripts/setup.sh) || newest_torch_setup_rc=$?
+if ((newest_torch_setup_rc == 0)); then
+  ctest --test-dir "$newest_torch_build" --output-on-failure --timeout 300 -j2 \
+    --output-junit "$reports/ctest-torch-newest.xml" >"$reports/ctest-torch-newest.log" 2>&1 ||
+    newest_torch_ctest_rc=$?
+  tail -n 3 "$reports/ctest-torch-newest.log"
+  GRAPHED_EXPECT_INSTALLED=1 \
+    GRAPHED_TESTING_PLUGIN=$newest_torch_build/tests/plugin/libgraphed_testing.so \
+    "$ROOT/.venv-torch-$torch_newest/bin/python" -m pytest \
+    "${TORCH_NEWEST_TESTS[@]/#/$ROOT/tests/python/}" -m "not gpu" \
+    --rootdir "$ROOT" -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -rs \
+    --junitxml="$reports/pytest-torch-newest.xml" "$@" || newest_torch_pytest_rc=$?
+  ((newest_torch_pytest_rc == 5)) && newest_torch_pytest_rc=0
+else
+  echo "[test] error: setting up torch $torch_newest failed (above); its tests did not run"
+  newest_torch_ctest_rc=$newest_torch_setup_rc
+  newest_torch_pytest_rc=$newest_torch_setup_rc
+fi
+if ((newest_torch_ctest_rc != 0 || newest_torch_pytest_rc != 0)); then
+  status=1
+fi
+
 # The core, the op tests and the Python suite again under ASan+UBSan, and a short fuzz run.
 echo
 echo "== sanitizers and fuzzing =="
@@ -137,6 +176,9 @@ counts_rc=0
   --runner ctest "$ctest_rc" "$reports/ctest.xml" \
   --runner pytest "$pytest_rc" "$reports/pytest.xml" \
   --runner pytest-newest "$newest_rc" "$reports/pytest-newest.xml" \
+  --runner "ctest-torch-$torch_newest" "$newest_torch_ctest_rc" "$reports/ctest-torch-newest.xml" \
+  --runner "pytest-torch-$torch_newest" "$newest_torch_pytest_rc" \
+  "$reports/pytest-torch-newest.xml" \
   --runner ctest-sanitized 0 "$reports/sanitized-ctest-core.xml" \
   "$reports/sanitized-ctest-ForwardOp.xml" \
   --runner pytest-sanitized 0 "$reports/sanitized-pytest.xml" \

@@ -8,6 +8,7 @@ core uses on a device (graphed::word_input_error)."""
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
 
 import torch
@@ -15,12 +16,15 @@ import torch
 from ._native import _graphed_fastcall as _fastcall
 from ._tree import refuse_tensors
 
+_log = logging.getLogger("graphed")
+
 __all__ = [
     "CPU_INPUT_CHOICES",
     "NO_HELD",
     "RESERVED_KWARGS",
     "bind_positional",
     "check_callable",
+    "check_device",
     "check_keep_alive",
     "check_options",
     "check_reserved",
@@ -29,6 +33,7 @@ __all__ = [
     "positional_names",
     "positional_refusal",
     "refuse_off_device",
+    "say_inference_only",
     "split_keep_alive",
 ]
 
@@ -44,8 +49,10 @@ NO_HELD: tuple = ()
 
 def check_callable(module: Any) -> None:
     """A GraphedForward calls `module(**kwargs)`: anything else is refused at construction, with
-    what was passed, rather than at the first call."""
+    what was passed, rather than at the first call. A module that looks set up for training is
+    taken, and said once (say_inference_only)."""
     if callable(module):
+        say_inference_only(module)
         return
     text = repr(module)
     shown = text if len(text) <= 60 else text[:57] + "..."
@@ -60,6 +67,34 @@ def check_callable(module: Any) -> None:
         f"graphed: GraphedForward wraps a callable run as module(**kwargs) (an nn.Module, or a "
         f"function taking keyword arguments); got {type(module).__name__} {shown}, which is not "
         f"callable{hint}"
+    )
+
+
+_said_inference_only = False
+
+
+def say_inference_only(module: Any) -> None:
+    """graphed is for inference: every forward it runs runs under no-grad, so its outputs carry no
+    autograd history, and a backward through one fails with torch's words ("element 0 of tensors
+    does not require grad"), which do not name graphed. Where a wrapped nn.Module is in training
+    mode with parameters that require grad and grad mode is on, the caller may mean to train it:
+    said once per process (WARNING), with what to do. An eval() module, or one made under
+    no_grad, says nothing."""
+    global _said_inference_only
+    if _said_inference_only or not isinstance(module, torch.nn.Module):
+        return
+    if not (module.training and torch.is_grad_enabled()):
+        return
+    if not any(parameter.requires_grad for parameter in module.parameters()):
+        return
+    _said_inference_only = True
+    _log.warning(
+        "%s is in training mode and its parameters require grad, but graphed is for inference: "
+        "every forward it runs runs under torch.no_grad(), so its outputs carry no autograd "
+        "history and a backward through them fails (torch: 'element 0 of tensors does not "
+        "require grad'). Call .eval() on the module to serve it, or call the module itself to "
+        "train it (docs/api.md, Semantics)",
+        type(module).__name__,
     )
 
 
@@ -90,6 +125,20 @@ def check_reserved(module: Any) -> None:
             f"GraphedForward reserves for its own options ({', '.join(RESERVED_KWARGS)}); rename "
             "them in the forward, or wrap the module in one whose forward takes other names"
         )
+
+
+def check_device(device: Any, who: str) -> None:
+    """A TypeError that says what `device=` takes, for a value torch.device cannot take (None,
+    say, which torch refuses with a list of its overloads)."""
+    if isinstance(device, torch.device | str) or (
+        isinstance(device, int) and not isinstance(device, bool)
+    ):
+        return
+    raise TypeError(
+        f"{who}: device= names the device its graphs run on: a torch.device, a string such as "
+        f"'cuda', 'cuda:0' or 'cpu', or a CUDA device index; got {device!r}. For the same code "
+        "with and without a GPU: device='cuda' if torch.cuda.is_available() else 'cpu'"
+    )
 
 
 def check_options(

@@ -14,6 +14,7 @@ runner disabled for good runs its forward in Python) to the core's own `eager_ca
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import weakref
 from collections.abc import Callable
@@ -64,7 +65,11 @@ def create(
 ) -> int:
     """torch.ops.graphed.create, each argument by its schema's name; returns the runner id.
     Under GRAPHED_DISABLE (graphed._switches) the runner starts disabled, before anyone is told
-    of it, so that it says nothing of its own: the switch is said once per process."""
+    of it, so that it says nothing of its own: the switch is said once per process; its stats()
+    give the cause "user" on every machine, also where graphs were unavailable anyway (the core
+    keeps the first cause). At INFO (GRAPHED_LOG=info) each runner says what it was made as, on
+    a machine without graphs too."""
+    disabled_outside = _switches.disabled_from_outside()
     runner_id = torch.ops.graphed.create(
         name=name,
         forward_op=forward_op,
@@ -80,8 +85,18 @@ def create(
         cpu_inputs=cpu_inputs,
         churn_limit=churn_limit,
     )
-    if _switches.disabled_from_outside():
+    if disabled_outside:
         torch.ops.graphed.disable(runner_id, _switches.DISABLED_REASON, "user")
+        with _lock:
+            _disabled_outside.add(runner_id)
+    if _log.isEnabledFor(logging.INFO):
+        stats = runner_stats(runner_id)
+        state = (
+            f"graphs on backend {stats['backend']}, up to {max_entries} kept"
+            if stats["enabled"]
+            else f"its calls run eager: {stats['disabled_reason']}"
+        )
+        _log.info("runner %r made for %s: %s", name, device, state)
     return runner_id
 
 
@@ -123,6 +138,9 @@ class Registration:
 
 _lock = threading.Lock()
 _registered: dict[int, Registration] = {}
+# The runners made under GRAPHED_DISABLE (create): their cause is "user" whatever the core kept.
+_disabled_outside: set[int] = set()
+_log = logging.getLogger("graphed")
 
 
 def register(runner_id: int, owner: Any, forward: Callable[[list], list]) -> Registration:
@@ -138,6 +156,7 @@ def destroy(runner_id: int) -> None:
     """Forgets the runner and destroys it (its graphs, buffers and id)."""
     with _lock:
         _registered.pop(runner_id, None)
+        _disabled_outside.discard(runner_id)
     torch.ops.graphed.destroy(runner_id)
 
 
@@ -219,6 +238,11 @@ def runner_stats(runner_id: int) -> dict[str, Any]:
     stats["disabled_reason"] = reason or None
     # Why, for programs (ops/gf_disable_cause.h names them): None while enabled.
     stats["disabled_cause"] = None if cause == "none" else cause
+    if runner_id in _disabled_outside and cause != "user":
+        # Disabled from outside where graphs were unavailable anyway: the switch is the cause
+        # docs/api.md promises, and the reason says both.
+        stats["disabled_cause"] = "user"
+        stats["disabled_reason"] = f"{_switches.DISABLED_REASON} (and {reason})"
     return stats
 
 

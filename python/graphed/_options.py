@@ -51,6 +51,7 @@ class RunnerOptions:
     ) -> RunnerOptions:
         """The record of a constructor's options, or the ValueError or TypeError that names the
         option that is wrong."""
+        _arguments.check_device(device, "GraphedForward")
         _arguments.check_options(
             options["cpu_inputs"],
             options["max_entries"],

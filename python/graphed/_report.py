@@ -5,6 +5,7 @@ nothing else, so what it prints is what a program can read for itself."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, TextIO
 
 from . import _ops
@@ -51,7 +52,8 @@ def _details(name: str, stats: dict[str, Any]) -> list[str]:
 
 
 def report(file: TextIO | None = None) -> str:
-    """The table of every live runner, as text; printed to `file` too when one is given. Each
+    """The table of every live runner, printed to `file` (standard output when None, so that
+    `graphed.report()` in a script shows it) and returned as text. Each
     row: the runner's name, enabled or why not (stats()["disabled_cause"]), resident graphs,
     captures, replays, hits (calls served by a graph an earlier call captured), eager calls,
     those the churn guard held back, and the static buffers' MiB; below the table, each
@@ -69,7 +71,8 @@ def report(file: TextIO | None = None) -> str:
             for row in (_COLUMNS, *rows)
         ]
         text = "\n".join(["graphed: runners of this process", *lines, *details]) + "\n"
-    if file is not None:
-        file.write(text)
-        file.flush()
+    out = sys.stdout if file is None else file
+    if out is not None:  # sys.stdout is None under pythonw and some embedders
+        out.write(text)
+        out.flush()
     return text

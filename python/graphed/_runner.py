@@ -42,6 +42,7 @@ class Runner(_ops.RunnerReports):
         "emulated"); None, the default, is the one chosen at load (graphed.backend())."""
         _library.load_library()
         self.forward_op = forward_op
+        _arguments.check_device(device, "graphed.Runner")
         self.device = resolve_device(torch.device(device))
         self.name = name
         self._id: int | None = _ops.create(

@@ -339,7 +339,7 @@ def test_doctor_says_why_the_cuda_backend_is_missing_and_the_command_that_builds
 ):
     monkeypatch.setattr(_doctor, "nvcc_candidates", lambda torch_dir, major: [])
     why, fix = _doctor.cuda_left_out("13.0", ("xpu",), tmp_path)
-    assert "no nvcc of CUDA 13 was found when graphed was built, nor now" in why
+    assert "no nvcc of CUDA 13.0 was found when graphed was built, nor now" in why
     assert "nvidia-cuda-nvcc" in fix and "--force-reinstall" in fix, fix
     nvcc = tmp_path / "bin" / "nvcc"
     monkeypatch.setattr(_doctor, "nvcc_candidates", lambda torch_dir, major: [nvcc])

@@ -5,12 +5,14 @@ exit, and a value none of them takes is said and ignored."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import subprocess
 import sys
 
 import graphed
+import pytest
 import torch
 from graphed import GraphedForward, _switches
 
@@ -137,3 +139,59 @@ def test_graphed_report_prints_the_table_at_exit():
     assert child.returncode == 0, child.stderr
     assert "graphed: runners of this process" in child.stderr, child.stderr
     assert "at-exit" in child.stderr, child.stderr
+
+
+def test_graphed_disable_gives_the_cause_user_where_graphs_are_unavailable_too(monkeypatch):
+    # No backend at all for this runner's device (the CPU without the test plugin): the core's
+    # first cause is "unavailable", and the switch still reads as the cause docs/api.md promises.
+    monkeypatch.setattr(_switches, "_said", set())
+    monkeypatch.setenv("GRAPHED_DISABLE", "1")
+    gf = GraphedForward(lambda *, x: x + 1, device="cpu", backend="none")
+    torch.testing.assert_close(gf(x=torch.ones(2)), torch.full((2,), 2.0), rtol=0, atol=0)
+    stats = gf.stats()
+    assert stats["disabled_cause"] == "user", stats
+    assert stats["disabled_reason"].startswith(
+        "disabled by GRAPHED_DISABLE (and graphs unavailable"
+    )
+    assert "eager: user" in graphed.report(file=io.StringIO())
+
+
+def test_graphed_log_info_says_what_each_runner_was_made_as_on_a_cpu():
+    child = _child(
+        "import torch, graphed\n"
+        "gf = graphed.GraphedForward(torch.nn.Linear(4, 4), device='cpu', name='lin',"
+        " backend='none')\n"
+        "gf(torch.ones(2, 4))\n",
+        GRAPHED_LOG="info",
+    )
+    assert child.returncode == 0, child.stderr
+    assert "graphed: runner 'lin' made for cpu: its calls run eager: graphs unavailable" in (
+        child.stderr
+    ), child.stderr
+    quiet = _child(child.args[2])
+    assert quiet.returncode == 0 and "made for cpu" not in quiet.stderr, quiet.stderr
+
+
+def test_the_report_prints_to_standard_output_without_file():
+    child = _child(
+        "import torch, graphed\n"
+        "gf = graphed.GraphedForward(lambda *, x: x, device='cpu', name='shown')\n"
+        "gf(x=torch.ones(2))\n"
+        "text = graphed.report()\n"
+        "import io\n"
+        "assert graphed.report(file=io.StringIO()) == text\n"
+    )
+    assert child.returncode == 0, child.stderr
+    assert "graphed: runners of this process" in child.stdout, child.stdout
+    assert "shown" in child.stdout and child.stdout.count("runners of this process") == 1
+
+
+def test_device_none_is_refused_with_what_device_takes():
+    for make in (
+        lambda: GraphedForward(torch.nn.Linear(2, 2), device=None),
+        lambda: graphed.Runner("graphed_switches_test::double", device=None),
+    ):
+        with pytest.raises(TypeError, match="device= names the device its graphs run on") as raised:
+            make()
+        said = str(raised.value)
+        assert "got None" in said and "torch.cuda.is_available()" in said, said
