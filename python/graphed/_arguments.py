@@ -7,6 +7,7 @@ core uses on a device (graphed::word_input_error)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "check_keep_alive",
     "check_options",
     "check_reserved",
+    "default_name",
     "off_device_reason",
     "pop_options",
     "positional_names",
@@ -68,6 +70,27 @@ def check_callable(module: Any) -> None:
         f"function taking keyword arguments); got {type(module).__name__} {shown}, which is not "
         f"callable{hint}"
     )
+
+
+def default_name(module: Any) -> str:
+    """The name a runner of `module` gets where none is given, so that report rows and log lines
+    tell runners apart: an nn.Module's class (a compiled module's original class), a function's
+    qualified name, a bound method's class and name ("Pipe.step"), a partial's function."""
+    if isinstance(module, functools.partial):
+        return default_name(module.func)
+    original = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule
+    if isinstance(module, torch.nn.Module) and isinstance(original, torch.nn.Module):
+        return type(original).__name__
+    if isinstance(module, torch.nn.Module):
+        return type(module).__name__
+    owner = getattr(module, "__self__", None)
+    function = getattr(module, "__func__", None)
+    if owner is not None and function is not None:
+        return f"{type(owner).__name__}.{getattr(function, '__name__', 'method')}"
+    named = getattr(module, "__qualname__", None) or getattr(module, "__name__", None)
+    if isinstance(named, str) and named:
+        return named.replace("<lambda>", "lambda").replace(".<locals>", "")
+    return type(module).__name__
 
 
 _said_inference_only = False

@@ -5,6 +5,7 @@ exit, and a value none of them takes is said and ignored."""
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
@@ -15,6 +16,7 @@ import graphed
 import pytest
 import torch
 from graphed import GraphedForward, _switches
+from graphed._arguments import default_name
 
 _library = torch.library.Library("graphed_switches_test", "DEF")
 _library.define("double(Tensor[] inputs) -> Tensor[]")
@@ -195,3 +197,20 @@ def test_device_none_is_refused_with_what_device_takes():
             make()
         said = str(raised.value)
         assert "got None" in said and "torch.cuda.is_available()" in said, said
+
+
+def test_a_default_name_tells_runners_apart_in_the_report():
+    # What a runner made without name= is to be called (graphed._arguments.default_name): the
+    # module's class, a compiled module's original class, a function's or a method's name.
+    class Pipe:
+        def step(self, *, x):
+            return x
+
+    def decode(*, x):
+        return x
+
+    assert default_name(torch.nn.Linear(2, 2)) == "Linear"
+    assert default_name(torch.compile(torch.nn.GELU())) == "GELU"
+    assert default_name(Pipe().step) == "Pipe.step"
+    assert default_name(functools.partial(decode)).endswith("decode")
+    assert "<" not in default_name(lambda *, x: x)
