@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from generate_bench import _request, _timed  # noqa: E402
 
-PROMPT, NEW_TOKENS, ROUNDS = 32, 96, 3
+PROMPT, NEW_TOKENS, ROUNDS = 32, 96, 2
 METHODS = ("eager", "compiled step", "graphed", "graphed + compile")
 RATE_TARGET = 1.2  # graphed + compile over the compiled step
 
