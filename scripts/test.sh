@@ -113,15 +113,18 @@ fi
 
 # The newest torch graphed supports (setup.sh's NEWEST_TORCH, beside .venv's pinned one): graphed
 # built against it as a user builds it (its own virtualenv and wheel; the nvcc of its CUDA
-# release), then the GoogleTest suites and the Python tests that cover the core, the C entry, the
-# install and the switches, about a fifth of the suite's time. The whole suite passes on it too
-# (CHANGELOG); this keeps CI within its time.
+# release), then the GoogleTest suites and the Python tests of the core, the C entry, the install,
+# the switches, regions and the module's watch (not the third-party models, whose packages are
+# .venv's, nor the tests of hundreds of processes): about a fifth of pytest's time. The whole
+# suite passes on it too; this keeps CI within its time.
 echo
 torch_newest=$(bash "$ROOT/scripts/setup.sh" --print-newest-torch)
 echo "== the newest torch: $torch_newest (setup, build, ctest, part of pytest) =="
-TORCH_NEWEST_TESTS=(test_install.py test_torch_pin.py test_graphed_cpu.py test_positional.py test_inputs.py
-  test_runner_api.py test_switches.py test_tree.py test_walker.py test_first_call.py
-  test_agreement.py test_changed_state.py test_verify_compare.py test_readme_use.py)
+TORCH_NEWEST_TESTS=(test_install.py test_torch_pin.py test_graphed_cpu.py test_positional.py
+  test_inputs.py test_runner_api.py test_switches.py test_tree.py test_walker.py test_first_call.py
+  test_agreement.py test_changed_state.py test_verify_compare.py test_readme_use.py test_regions.py
+  test_observe.py test_module_methods.py test_churn.py test_forward_host.py test_memory.py
+  test_containers.py test_inventory.py test_compile.py test_sizes.py test_layering.py)
 newest_torch_build=$ROOT/build/torch-$torch_newest/wheel
 newest_torch_setup_rc=0
 newest_torch_ctest_rc=0
