@@ -1,7 +1,10 @@
 """The switches a program can be given from outside (graphed._switches) and graphed.report():
-GRAPHED_DISABLE makes every runner made from then on eager with the same results and says so once,
-GRAPHED_LOG sets the logger's level with a handler of its own, GRAPHED_REPORT prints the report at
-exit, and a value none of them takes is said and ignored."""
+GRAPHED_DISABLE makes every runner made from then on eager with the same results and says so once
+(the cause "user" on every machine), GRAPHED_LOG sets the logger's level with a handler of its own
+(at info each runner says what it was made as, on a CPU too), GRAPHED_REPORT prints the report at
+exit, report() prints to standard output, and a value none of them takes is said and ignored.
+Also what a newcomer is told first: device=None, a runner's default name, and that graphed is for
+inference."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import sys
 import graphed
 import pytest
 import torch
-from graphed import GraphedForward, _switches
+from graphed import GraphedForward, _arguments, _switches
 from graphed._arguments import default_name
 
 _library = torch.library.Library("graphed_switches_test", "DEF")
@@ -214,3 +217,26 @@ def test_a_default_name_tells_runners_apart_in_the_report():
     assert default_name(Pipe().step) == "Pipe.step"
     assert default_name(functools.partial(decode)).endswith("decode")
     assert "<" not in default_name(lambda *, x: x)
+
+
+def test_a_module_set_up_for_training_is_told_once_that_graphed_is_for_inference(
+    monkeypatch, caplog
+):
+    monkeypatch.setattr(_arguments, "_said_inference_only", False)
+    with caplog.at_level(logging.WARNING, logger="graphed"):
+        GraphedForward(torch.nn.Linear(2, 2).eval(), device="cpu")
+        with torch.no_grad():
+            GraphedForward(torch.nn.Linear(2, 2), device="cpu")
+        assert not [r for r in caplog.records if "for inference" in r.getMessage()]
+        training = torch.nn.Linear(2, 2)
+        gf = GraphedForward(training, device="cpu")
+        GraphedForward(torch.nn.Linear(2, 2), device="cpu")
+    said = [r.getMessage() for r in caplog.records if "for inference" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("Linear is in training mode and its parameters require grad")
+    assert "element 0 of tensors does not require grad" in said[0] and ".eval()" in said[0]
+    # What it says happens: outputs carry no autograd history, so a backward fails in torch.
+    out = gf(torch.ones(1, 2))
+    assert not out.requires_grad and out.grad_fn is None
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        out.sum().backward()
