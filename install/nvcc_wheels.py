@@ -2,10 +2,10 @@
 of torch's exact CUDA "major.minor" (torch's own CMake config refuses any other), and, for CUDA 13
 and newer, NVIDIA's nvcc wheels from PyPI of that release, which unpack beside torch
 (site-packages/nvidia/cu<major>) where the build finds them. The README's install block, CMake's
-message when it leaves the CUDA backend out and scripts/setup.sh all take the
-wheels and the command from here (the doctor, installed without this folder, keeps the same list,
-checked by tests/python/test_torch_pin.py), so they agree for a CUDA 13.0 torch and a CUDA 13.2
-one alike.
+message when it leaves the CUDA backend out and scripts/setup.sh all take the wheels and the
+command from here (graphed._library, installed without this folder, keeps the same list for the
+doctor's and the import's rebuild commands; tests/python/test_torch_pin.py checks that the two
+agree), so they agree for a CUDA 13.0 torch and a CUDA 13.2 one alike.
 
 It imports nothing of torch or of graphed (it runs before graphed is built, and torch's version is
 read from its files); it runs as a script in a checkout:

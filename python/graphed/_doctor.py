@@ -140,17 +140,6 @@ def driver_version() -> str:
         return "unknown (no nvidia-smi or pynvml answer)"
 
 
-# The nvcc wheels from PyPI that make a CUDA toolkit beside torch (site-packages/nvidia/cu<major>),
-# pinned to torch's exact CUDA "major.minor": the same as install/nvcc_wheels.py, which the build
-# and the README's install block use before graphed exists (tests/python/test_torch_pin.py checks
-# that the two agree).
-_NVCC_WHEELS = (
-    "nvidia-cuda-nvcc",
-    "nvidia-nvvm",
-    "nvidia-cuda-crt",
-    "nvidia-cuda-cccl",
-    "nvidia-cuda-runtime",
-)
 _NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
 
 
@@ -166,21 +155,6 @@ def _nvcc_release(nvcc: Path) -> str | None:
         return None
     found = _NVCC_RELEASE.search(out)
     return f"{found.group(1)}.{found.group(2)}" if found else None
-
-
-def cuda_release(cuda: str) -> str:
-    """'13.2' of a CUDA version ('13.2', '13.2.51'): the part an nvcc must match."""
-    return ".".join(cuda.split(".")[:2])
-
-
-def nvcc_wheels_command(cuda: str, python: str) -> str | None:
-    """The pip command, through `python`'s pip, that installs the nvcc wheels of torch's CUDA
-    `cuda` beside torch; None for CUDA 12 and older, whose wheels have another layout."""
-    release = cuda_release(cuda)
-    if int(release.split(".")[0]) < 13:
-        return None
-    pins = " ".join(shlex.quote(f"{wheel}=={release}.*") for wheel in _NVCC_WHEELS)
-    return f"{shlex.quote(python)} -m pip install {pins}"
 
 
 def nvcc_candidates(torch_dir: Path, cuda_major: str) -> list[Path]:
@@ -228,8 +202,10 @@ def cuda_left_out(
     shows what the build said only with -v: this says it after the fact."""
     if not build_torch_cuda or "cuda" in backends:
         return None
+    from . import _library  # the nvcc wheels of a CUDA release; it imports torch, already loaded
+
     major = build_torch_cuda.split(".")[0]
-    wanted = cuda_release(build_torch_cuda)
+    wanted = _library.cuda_release(build_torch_cuda)
     source, editable = install_source()
     python = sys.executable or "python"
     pip = f"{shlex.quote(python)} -m pip"
@@ -256,7 +232,7 @@ def cuda_left_out(
     )
     if others:
         why += f"; only {', '.join(others)}, and torch's build accepts only its own CUDA release"
-    install = nvcc_wheels_command(build_torch_cuda, python)
+    install = _library.nvcc_wheels_command(build_torch_cuda, python)
     if install:
         return why, f"{install} && {rebuild}"
     # PyPI's nvcc wheels of CUDA 12 and older unpack in another layout that the build does not use.

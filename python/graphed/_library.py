@@ -54,7 +54,45 @@ def _reinstall_hint() -> str:
         else "<graphed checkout>"
     )
     pip = f"{shlex.quote(sys.executable or 'python')} -m pip"
-    return f"{pip} install scikit-build-core && {pip} install --no-build-isolation {source}"
+    # With the build backend, the nvcc wheels of the running torch's exact CUDA release: a build
+    # for a torch of another CUDA release needs its own nvcc, or it leaves the CUDA backend out.
+    wheels = " ".join(nvcc_pins(torch.version.cuda))
+    backend = f"scikit-build-core {wheels}".rstrip()
+    return f"{pip} install {backend} && {pip} install --no-build-isolation {source}"
+
+
+# The nvcc wheels from PyPI that make a CUDA toolkit beside torch (site-packages/nvidia/cu<major>),
+# pinned to torch's exact CUDA "major.minor": the same as install/nvcc_wheels.py, which the build
+# and the README's install block use before graphed exists (tests/python/test_torch_pin.py checks
+# that the two agree). The doctor's rebuild command takes them from here too.
+NVCC_WHEELS = (
+    "nvidia-cuda-nvcc",
+    "nvidia-nvvm",
+    "nvidia-cuda-crt",
+    "nvidia-cuda-cccl",
+    "nvidia-cuda-runtime",
+)
+
+
+def cuda_release(cuda: str) -> str:
+    """'13.2' of a CUDA version ('13.2', '13.2.51'): the part an nvcc must match."""
+    return ".".join(cuda.split(".")[:2])
+
+
+def nvcc_pins(cuda: str | None) -> list[str]:
+    """The nvcc wheels' requirements, quoted for a shell, for torch's CUDA `cuda`; none for a
+    torch without CUDA or of CUDA 12 and older, whose wheels have another layout."""
+    if not cuda or int(cuda.split(".")[0]) < 13:
+        return []
+    release = cuda_release(cuda)
+    return [shlex.quote(f"{wheel}=={release}.*") for wheel in NVCC_WHEELS]
+
+
+def nvcc_wheels_command(cuda: str, python: str) -> str | None:
+    """The pip command, through `python`'s pip, that installs the nvcc wheels of torch's CUDA
+    `cuda` beside torch; None where there are none (nvcc_pins)."""
+    pins = nvcc_pins(cuda)
+    return f"{shlex.quote(python)} -m pip install {' '.join(pins)}" if pins else None
 
 
 def _release(version: str | None) -> str:

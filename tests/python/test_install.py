@@ -86,8 +86,16 @@ def test_the_rebuild_command_installs_its_build_backend_first():
     # have had it: the command installs it first, through the pip of the Python that runs torch.
     why = _library.torch_mismatch("2.11.0+cu128", "12.8")
     backend, build = why.split("Rebuild it against the running torch: ", 1)[1].split(" && ")
-    pip = backend.removesuffix(" install scikit-build-core")
-    assert pip != backend and pip.endswith(" -m pip")
+    pip, installs = backend.split(" install scikit-build-core")
+    assert pip.endswith(" -m pip")
+    # With the backend, the nvcc wheels of the running torch's exact CUDA release (a 13.2 torch
+    # needs a 13.2 nvcc, which the old build's wheels are not).
+    cuda = torch.version.cuda
+    if cuda and int(cuda.split(".")[0]) >= 13:
+        release = ".".join(cuda.split(".")[:2])
+        assert f"'nvidia-cuda-nvcc=={release}.*'" in installs, installs
+    else:
+        assert installs == "", installs
     assert build.startswith(f"{pip} install --no-build-isolation ")
     assert build.endswith(" --force-reinstall --no-deps")
 
@@ -108,7 +116,10 @@ def test_never_built_tree_says_how_to_build(tmp_path):
     )
     assert result.returncode != 0
     assert "graphed's native library is not built; " in result.stderr
-    assert " -m pip install scikit-build-core && " in result.stderr
+    # The build backend first, with the nvcc wheels of the running torch's CUDA release, if any.
+    assert re.search(r" -m pip install scikit-build-core( '[^' ]+')* && ", result.stderr), (
+        result.stderr
+    )
     assert "No module named" not in result.stderr
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from graphed import _doctor
+from graphed import _doctor, _library
 
 pytestmark = pytest.mark.pure_python
 
@@ -125,6 +125,6 @@ def test_the_doctor_asks_for_torchs_release_not_another_of_its_major(monkeypatch
 
 
 @pytest.mark.parametrize("cuda", ["13.0", "13.2", "12.8"])
-def test_the_doctor_names_the_same_wheels_as_the_build(cuda):
+def test_graphed_names_the_same_wheels_as_the_build(cuda):
     python = sys.executable
-    assert _doctor.nvcc_wheels_command(cuda, python) == _nvcc_wheels.install_command(cuda, python)
+    assert _library.nvcc_wheels_command(cuda, python) == _nvcc_wheels.install_command(cuda, python)
