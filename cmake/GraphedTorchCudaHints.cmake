@@ -8,9 +8,12 @@ if(NOT CUDA_TOOLKIT_ROOT_DIR)
   # be a wrapper elsewhere), the conventional location, then the toolkit that the PyPI wheels
   # (nvidia-cuda-nvcc and its companions: install/nvcc_wheels.py) unpack beside torch,
   # site-packages/nvidia/cu<major>. The first whose nvcc is of torch's exact CUDA "major.minor"
-  # wins: torch's own CMake config refuses any other (a CUDA 13.0 nvcc with a CUDA 13.2 torch
-  # stops inside it). Where none is, no toolkit is taken, the CUDA backend is left out, and
-  # GRAPHED_CUDA_MISMATCHED names the nvcc found of other releases for the message.
+  # wins. Where none is, the first of torch's major whose nvcc and headers are of one release (an
+  # installed toolkit: torch's CMake config takes it, and the build warns and names the exact
+  # one); never one whose nvcc and headers differ (a 13.0 nvcc from PyPI beside the 13.2 headers
+  # of torch's own wheels stops torch's CMake config: "FindCUDA says CUDA version is 13.0 ... but
+  # the CUDA headers say the version is 13.2"). Where neither is, no toolkit is taken and the CUDA
+  # backend is left out; GRAPHED_CUDA_MISMATCHED names the nvcc passed over, for the message.
   set(_graphed_cuda_candidates $ENV{CUDA_HOME} $ENV{CUDA_PATH})
   find_program(GRAPHED_NVCC nvcc)
   if(GRAPHED_NVCC)
@@ -32,25 +35,49 @@ if(NOT CUDA_TOOLKIT_ROOT_DIR)
     endif()
   endif()
   set(_graphed_cuda_match "")
+  set(_graphed_cuda_same_major "")
   set(GRAPHED_CUDA_MISMATCHED "")
+  set(GRAPHED_CUDA_NOT_EXACT "")
   list(REMOVE_DUPLICATES _graphed_cuda_candidates)
   foreach(_graphed_candidate IN LISTS _graphed_cuda_candidates)
-    if(NOT _graphed_want_release OR NOT EXISTS "${_graphed_candidate}/include/cuda_runtime.h"
+    if(NOT _graphed_want_release OR NOT EXISTS "${_graphed_candidate}/include/cuda_runtime_api.h"
         OR NOT EXISTS "${_graphed_candidate}/bin/nvcc")
       continue()
     endif()
     execute_process(COMMAND "${_graphed_candidate}/bin/nvcc" --version
       OUTPUT_VARIABLE _graphed_nvcc_version ERROR_QUIET)
-    if(_graphed_nvcc_version MATCHES "release ([0-9]+\\.[0-9]+)")
-      if(CMAKE_MATCH_1 STREQUAL _graphed_want_release)
-        set(_graphed_cuda_match "${_graphed_candidate}")
-        break()
-      endif()
-      list(APPEND GRAPHED_CUDA_MISMATCHED "${_graphed_candidate}/bin/nvcc (CUDA ${CMAKE_MATCH_1})")
+    if(NOT _graphed_nvcc_version MATCHES "release ([0-9]+)\\.([0-9]+)")
+      continue()
     endif()
+    set(_graphed_nvcc_release "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+    set(_graphed_nvcc_major "${CMAKE_MATCH_1}")
+    if(_graphed_nvcc_release STREQUAL _graphed_want_release)
+      set(_graphed_cuda_match "${_graphed_candidate}")
+      break()
+    endif()
+    # The release of the headers beside it (CUDART_VERSION 13020: 13.2).
+    file(STRINGS "${_graphed_candidate}/include/cuda_runtime_api.h" _graphed_cudart
+      REGEX "^#define CUDART_VERSION +[0-9]+")
+    string(REGEX MATCH "[0-9]+$" _graphed_cudart "${_graphed_cudart}")
+    set(_graphed_headers_release "")
+    if(_graphed_cudart)
+      math(EXPR _graphed_headers_major "${_graphed_cudart} / 1000")
+      math(EXPR _graphed_headers_minor "(${_graphed_cudart} % 1000) / 10")
+      set(_graphed_headers_release "${_graphed_headers_major}.${_graphed_headers_minor}")
+    endif()
+    if(NOT _graphed_cuda_same_major AND _graphed_nvcc_major STREQUAL _graphed_want_major
+        AND _graphed_headers_release STREQUAL _graphed_nvcc_release)
+      set(_graphed_cuda_same_major "${_graphed_candidate}")
+      set(GRAPHED_CUDA_NOT_EXACT "${_graphed_nvcc_release}")
+    endif()
+    list(APPEND GRAPHED_CUDA_MISMATCHED
+      "${_graphed_candidate}/bin/nvcc (CUDA ${_graphed_nvcc_release}, headers ${_graphed_headers_release})")
   endforeach()
   if(_graphed_cuda_match)
+    set(GRAPHED_CUDA_NOT_EXACT "")
     set(CUDA_TOOLKIT_ROOT_DIR "${_graphed_cuda_match}" CACHE PATH "CUDA toolkit root")
+  elseif(_graphed_cuda_same_major)
+    set(CUDA_TOOLKIT_ROOT_DIR "${_graphed_cuda_same_major}" CACHE PATH "CUDA toolkit root")
   endif()
 endif()
 if(CUDA_TOOLKIT_ROOT_DIR AND NOT CMAKE_CUDA_COMPILER AND EXISTS "${CUDA_TOOLKIT_ROOT_DIR}/bin/nvcc")
