@@ -342,4 +342,4 @@ def test_gpu_regions_over_blocks_compiled_in_place_replay_what_compile_computes(
         assert torch.equal(mine, theirs), f"call {index}"
     for region in runner._regions.regions:
         stats = region.runner.stats()
-        assert stats["enabled"] and stats["replays"] >= 2, stats
+        assert stats["enabled"] and stats["captures"] == 1 and stats["replays"] >= 1, stats
