@@ -96,7 +96,7 @@ fi
 # and graphed), so that a release users install today is tested as well as the pins.
 echo
 echo "== pytest: third-party tests on the newest transformers, diffusers, accelerate, peft =="
-THIRD_PARTY_TESTS=(test_generate.py test_third_party_models.py test_diffusers_pipelines.py
+THIRD_PARTY_TESTS=(test_generate.py test_generate_compiled.py test_third_party_models.py test_diffusers_pipelines.py
   test_changed_state.py test_owned_cache.py test_containers.py test_lora.py
   test_host_constant_models.py)
 newest_rc=0
