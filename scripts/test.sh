@@ -134,7 +134,8 @@ if ((newest_torch_setup_rc == 0)); then
   ctest --test-dir "$newest_torch_build" --output-on-failure --timeout 300 -j2 \
     --output-junit "$reports/ctest-torch-newest.xml" >"$reports/ctest-torch-newest.log" 2>&1 ||
     newest_torch_ctest_rc=$?
-  tail -n 3 "$reports/ctest-torch-newest.log"
+  grep -E "tests passed|tests failed|\*\*\*Failed|Errors while" "$reports/ctest-torch-newest.log" ||
+    tail -n 20 "$reports/ctest-torch-newest.log"
   GRAPHED_EXPECT_INSTALLED=1 \
     GRAPHED_TESTING_PLUGIN=$newest_torch_build/tests/plugin/libgraphed_testing.so \
     "$ROOT/.venv-torch-$torch_newest/bin/python" -m pytest \
