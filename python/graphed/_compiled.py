@@ -26,6 +26,7 @@ import torch
 
 __all__ = [
     "compile_forward",
+    "frames_compiled",
     "compile_options",
     "compiler_refusal",
     "compiler_running",
@@ -54,12 +55,32 @@ def holds_compiled_code(module: Any) -> bool:
     ):
         return True
     optimized = getattr(torch._dynamo.eval_frame, "OptimizedModule", ())
-    for submodule in module.modules():
+    # The submodules by their `_modules` dicts, not `modules()`: a third of its time on a
+    # 402-module DiT (a look per capture, in a process that compiled anything).
+    pending = [module]
+    while pending:
+        submodule = pending.pop()
+        attributes = submodule.__dict__
+        if attributes.get("_compiled_call_impl") is not None:
+            return True
         if optimized and isinstance(submodule, optimized):
             return True
-        if submodule.__dict__.get("_compiled_call_impl") is not None:
-            return True
+        pending.extend(child for child in attributes["_modules"].values() if child is not None)
     return False
+
+
+def frames_compiled() -> int | None:
+    """How many frames Dynamo has compiled in this process (0 before torch._dynamo loads; None
+    where this torch keeps no such count): a runner looks for compiled code again only when it
+    changed, as the look costs about 0.2 ms for a 402-module DiT (a 2-core x86 host) and
+    diffusers loads torch._dynamo in every process that imports it."""
+    if not _dynamo():
+        return 0
+    counters = getattr(getattr(torch._dynamo, "utils", None), "counters", None)
+    try:
+        return int(counters["frames"]["total"])
+    except (TypeError, KeyError, ValueError):
+        return None
 
 
 def _dynamo() -> bool:

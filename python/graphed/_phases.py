@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ._compiled import compiler_running, holds_compiled_code
+from ._compiled import compiler_running, frames_compiled, holds_compiled_code
 from ._inventory import Inventory, storages, synchronizing_call, where_outside_libraries
 from ._native import _graphed_fastcall as _fastcall
 from ._observe import first_few
@@ -301,6 +301,7 @@ class ForwardRuns:
         # Whether the forward runs compiled code (graphed._compiled): the module holds it, or the
         # compiler was seen at work in one of its runs.
         self.compiled = False
+        self.frames_looked_at: int | None = -1  # graphed._compiled.frames_compiled at the last look
 
     @contextlib.contextmanager
     def forward_in_phase(
@@ -325,7 +326,11 @@ class ForwardRuns:
             parameters = (tensor for _, tensor in kept.parameters)
             known = storages(itertools.chain(inputs, kept.restored, parameters, kept.watched))
         if phase != PHASE_CAPTURE and self.snapshot is None and not self.compiled:
-            self.compiled = holds_compiled_code(self.module)  # once per capture, before its runs
+            # Before a capture's runs: at the first, and after anything compiled since the last.
+            frames = frames_compiled()
+            if frames is None or frames != self.frames_looked_at:
+                self.frames_looked_at = frames
+                self.compiled = holds_compiled_code(self.module)
         inventory = self.inventory
         # A runner over compiled code warms up under the mode too: Dynamo guards on the stack of
         # torch function modes, and a warm-up without the capture's mode would compile a frame
