@@ -8,9 +8,10 @@
 # The pytest run leaves out the many_processes tests (the gloo exit soak, CPU only, run by every CI
 # run; its full size, GRAPHED_EXIT_RUNS=200,50, would pass the device's 10-minute limit).
 # Usage: bash scripts/device_check.sh [all|build|test|bench|group|pipelines|memory|generate|traffic|regions|compiled] [extra pytest args...]
-#        (compiled [--models llama,qwen3,gemma3]: graphed over torch.compile, its GPU tests and
-#        bench/compiled_decode_bench.py at the public configs' sizes; after a build without the
-#        C++ tests)
+#        (compiled [--models llama,qwen3,gemma3]: graphed over torch.compile, its GPU tests,
+#        bench/compiled_decode_bench.py at the public configs' sizes and bench/compiled_flux_bench.py
+#        (diffusers from a carried wheel); after a build without the C++ tests. One call rarely
+#        holds all: COMPILED_TESTS=0 leaves the tests out, --models fewer decoders)
 #        (group: on two GPUs, the process-group tests and bench/sp_bench.py, after a build
 #        without the C++ tests)
 #        (pipelines: the Stable Audio Open DiT in its pipeline's loop at 108 and 1024 frames and
@@ -176,9 +177,13 @@ if [[ "$what" == compiled ]]; then
     grep -E "^E " "$OUT/pytest-compiled.log" | head -30
     tail -2 "$OUT/pytest-compiled.log"
   fi
-  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout $((590 - SECONDS)) "$PY" bench/compiled_decode_bench.py \
+  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout $((440 - SECONDS)) "$PY" bench/compiled_decode_bench.py \
     --out "$OUT" "$@" > "$OUT/compiled_decode.log" 2>&1 || status=1
   grep -v -i "warn" "$OUT/compiled_decode.log" | tail -30
+  # The diffusers row (diffusers from a carried wheel): a Flux transformer over regional compile.
+  PYTHONPATH="$SITE:bench$CALLER_PATH" timeout $((590 - SECONDS)) "$PY" bench/compiled_flux_bench.py \
+    > "$OUT/compiled_flux.log" 2>&1 || status=1
+  grep -v -i "warn" "$OUT/compiled_flux.log" | tail -8
 fi
 if [[ "$what" == compare ]]; then
   baseline="${1:?compare needs the folder of the baseline checkout}"
