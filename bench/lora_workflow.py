@@ -93,7 +93,7 @@ def _config(alpha: int, rank: int = 4) -> Any:
 class Step:
     """One step of a workflow: `apply(model, saved)` (saved: a folder for adapters on disk) and
     whether it must recapture (False: an in-place update, as hot-swap is, or a return to a state
-    the module's graphs were captured in, which replay: graphed._baked.States)."""
+    the module's graphs were captured in, which replay: graphed._watch.States)."""
 
     name: str
     apply: Callable[[Any, Path], None]

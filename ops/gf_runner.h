@@ -140,7 +140,7 @@ void gf_runner_reset(gf_runner *runner);
 /* Drops every graph and pool as gf_runner_reset does, but a churn guard that started stays (the
  * run of new keys starts over, gf_churn_graphs_dropped): what a watch that saw the graphs' state
  * change calls, which is no sign of new traffic. A module that changes at every call meets the
- * watch's own bound instead (graphed._baked.RECAPTURE_LIMIT). */
+ * watch's own bound instead (graphed._watch.RECAPTURE_LIMIT). */
 void gf_runner_drop_graphs(gf_runner *runner);
 
 void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats);

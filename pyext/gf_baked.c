@@ -44,7 +44,7 @@ static uint64_t gf_dict_version(PyObject *dict) { return ((PyDictObject *)dict)-
 /* Every swap of two tensors' contents (torch.utils.swap_tensors, which nn.Module._apply uses for
  * some conversions and load_state_dict under torch.__future__'s swap setting): such a swap gives a
  * parameter's Python object another TensorImpl without touching a dict, where the watch holds the
- * old one's address, which the swap may leave to be freed. graphed._baked counts each swap here and
+ * old one's address, which the swap may leave to be freed. graphed._watch counts each swap here and
  * the check compares this counter first, before it reads any tensor. */
 static uint64_t gf_tensor_swaps;
 

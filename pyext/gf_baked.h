@@ -20,12 +20,12 @@
  *  - a watched list or set (peft's `merged_adapters`, `_active_adapter`) whose items differ from
  *    a copy made when armed: a length and a pointer per item, as neither has a watcher;
  *  - a swap of two tensors' contents anywhere in the process (torch.utils.swap_tensors, which
- *    graphed._baked wraps to count): one counter, read first, as a swapped parameter keeps its
+ *    graphed._watch wraps to count): one counter, read first, as a swapped parameter keeps its
  *    Python object and its module's dicts but not the TensorImpl the watch read.
  * Who does what: this file arms and checks (CallState.watch / watch_fired, and `call` before each
  * call, which returns CHANGED when it fires) and says what changed (watch_changes: the dicts from a
  * log of the latest mutations on 3.12+, from their version tags before; the lists, sets and
- * tensors by comparison), so that graphed._baked's Watch records again only the modules that read
+ * tensors by comparison), so that graphed._watch's Watch records again only the modules that read
  * them; the Watch records, compares and settles (what a change means: a recapture, or eager under
  * an offload hook). */
 #ifndef GF_BAKED_H

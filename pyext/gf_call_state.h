@@ -50,7 +50,7 @@ extern "C" {
  *              (pyext/gf_model_hooks.cpp), which copies them into the run's report; an outer
  *              run's are put back after a nested one.
  *   baked      the watch of what the runner's graphs read besides their inputs (pyext/gf_baked.h),
- *              or NULL; armed by the Python layer's Watch (graphed._baked), checked by `call`
+ *              or NULL; armed by the Python layer's Watch (graphed._watch), checked by `call`
  *              before anything else (it returns CHANGED when it fires; `call_flat` is reached only
  *              through `call`'s FALLBACK, so the one check serves both).
  *

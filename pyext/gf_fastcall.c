@@ -266,7 +266,7 @@ static int gf_parse_options(PyObject *runner, PyObject *pin_flag, PyObject *stat
  *    - FALLBACK (`call` only): the kwargs are not a plain tree the walker takes; the caller
  *      flattens them with graphed._tree and enters through `call_flat`;
  *    - CHANGED (`call` only): the watch fired before anything ran (gf_baked.h); the caller lets
- *      graphed._baked's Watch compare and calls again;
+ *      graphed._watch's Watch compare and calls again;
  *    - RUN_EAGER (`call` only): a new key the core holds back, counted as an eager call; the
  *      caller runs it through its one eager route (graphed._eager, HELD_BACK);
  *    - REENTERED: the call comes from inside this runner's own forward on this thread; the caller
@@ -385,7 +385,7 @@ static PyObject *gf_reset(PyObject *self, PyObject *const *args, Py_ssize_t narg
   Py_RETURN_NONE;
 }
 
-/* select_state(runner_id, state, first_time): graphed._baked's States (gf_runner_select_state). */
+/* select_state(runner_id, state, first_time): graphed._watch's States (gf_runner_select_state). */
 static PyObject *gf_select_state(PyObject *self, PyObject *args) {
   (void)self;
   long long id = 0;

@@ -1,4 +1,4 @@
-"""What a GraphedForward's graphs baked in besides their inputs, and whether it still holds.
+"""What a GraphedForward's graphs baked in besides their inputs: the record the watch compares.
 
 A captured graph reads the module's parameters, buffers and tensor attributes at the addresses
 its capture saw, and replays the submodules, hooks and modes the capture ran. Serving code
@@ -13,7 +13,7 @@ data address, dtype, device, shape, strides), every other attribute's Python val
 values" below), and torch's global forward hooks. It also lists what the native watch checks
 before every call (pyext/gf_baked.h): the dicts that hold all of that, the lists and sets among
 the Python values, and the tensors' addresses; a swap of two tensors' contents
-(`torch.utils.swap_tensors`, which changes no dict) is counted for it (`count_swaps`).
+(`torch.utils.swap_tensors`, which changes no dict) is counted for it (graphed._watch.count_swaps).
 
 Python values: a forward reads numbers and flags from its module (peft's LoRA layers keep the
 adapters' `scaling` dict, `_disable_adapters`, `merged_adapters` and `_active_adapter` there; a
@@ -25,16 +25,10 @@ attribute, its items, theirs), the dicts watched for mutation and the lists and 
 by item; a tensor among the items by its record, its address watched like an attribute's; any other
 object by its identity and class (an attention processor swapped is seen; a change inside it is
 not). A container longer than _LONGEST_WATCHED items, and anything deeper than the levels, is
-recorded by identity and length only. A GraphedForward holds one `Watch`, which owns the life cycle:
-it arms the native check, and when the check fires (a call returns CHANGED) it takes a new
-BakedState (of the modules that read what the check saw change, the rest carried over: an adapter
-switch records its LoRA layers again, not the whole model) and compares: equal (an attribute the
-forward set, a mode set to what it was) keeps the graphs; a difference drops them, so the next call
-captures what the module is now; a hook that moves weights at every call (`weight_moving_hook`)
-disables the runner, which then runs eager. It also settles what a capture's forward itself changed,
-and lists for graphed._phases what warm-ups put back (`state_to_keep`). An in-place update at the
-same address (`load_state_dict`, `copy_`, a LoRA fused into the same tensor) changes nothing here
-and keeps replaying, as it computes what eager does.
+recorded by identity and length only. What a record is for (arming the native check, comparing
+when it fires, keying the module's states, refusing hooks) is graphed._watch's: this file only
+records and compares. An in-place update at the same address (`load_state_dict`, `copy_`, a LoRA
+fused into the same tensor) changes no record and keeps replaying, as it computes what eager does.
 
 What it cannot see: a tensor held deeper than a module attribute (an object in an attribute that
 holds a tensor, a closure, a global) is baked in unwatched; pass such tensors as keep_alive, or
@@ -43,24 +37,12 @@ reset() after changing them, and use verify mode (graphed._verify) to prove a ne
 
 from __future__ import annotations
 
-import collections
 import enum
-import functools
-import logging
-import threading
 import weakref
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch.nn.modules import module as _module_globals
-
-from . import _step_caches as step_caches
-from ._native import _graphed_fastcall as _fastcall
-from ._observe import first_few
-from ._phases import StateToKeep
-
-_log = logging.getLogger("graphed")
 
 # The dicts of a submodule that say what it computes with: its tensors, its children, its hooks
 # (a forward hook registered with_kwargs is in _forward_hooks too).
@@ -80,23 +62,9 @@ SCALAR_TYPES = (
 # is compared item by item before every call, so its length bounds that cost.
 _VALUE_LEVELS = 3
 _LONGEST_WATCHED = 64
-# accelerate's hooks that move a module's weights at every call (model and sequential offload);
-# other accelerate hooks (device_map's AlignDevicesHook without offload) only move inputs.
-_OFFLOAD_HOOKS = ("CpuOffload", "UserCpuOffloadHook")
-# The captures the watch may throw away in a row with no replay between: at it, the runner runs
-# eager (stats()["disabled_cause"] "recapture_limit") with one warning naming what changed. A
-# module that changes what its graphs read at every call (a weight re-assigned per call) would
-# otherwise pay a capture per call forever. CUDAGraph Trees cap the same case at 128
-# (cudagraph_unexpected_rerecord_limit, conservatively large); graphed's captures run in the
-# caller's call, so it stops sooner: 8 captures each thrown away before a single replay is no
-# adapter rotation (which replays between switches) and no lazy setup (which settles at once).
-RECAPTURE_LIMIT = 8
-# States of a module remembered (graphed._baked.States), least recently used forgotten first.
-_STATES_KEPT = 64
-
-
-def _where(path: str) -> str:
-    return f"'{path}'" if path else "the module itself"
+# The kinds of record that hold a tensor at a path, and the Python values recorded by their items.
+_TENSOR_KINDS = ("parameter", "buffer", "attribute")
+_CONTAINERS = (dict, list, tuple, set, frozenset)
 
 
 def _tensor_record(kind: str, tensor: torch.Tensor) -> tuple:
@@ -106,18 +74,6 @@ def _tensor_record(kind: str, tensor: torch.Tensor) -> tuple:
         address = None
     return (kind, id(tensor), address, tensor.dtype, tensor.device, tuple(tensor.shape),
             tensor.stride() if tensor.layout == torch.strided else None)  # fmt: skip
-
-
-def _moves_weights(hook: Any) -> bool:
-    """Whether an accelerate hook moves the weights at every call."""
-    name = type(hook).__name__
-    if name in _OFFLOAD_HOOKS:
-        return True
-    if name == "AlignDevicesHook":
-        return (
-            bool(getattr(hook, "offload", False)) or getattr(hook, "weights_map", None) is not None
-        )
-    return any(_moves_weights(inner) for inner in getattr(hook, "hooks", ()) or ())
 
 
 class _Reads:
@@ -359,7 +315,7 @@ class BakedState:
         items = tuple(self._value_record(reads, item, deeper) for item in value)
         return (kind, frozenset(items) if isinstance(value, (set, frozenset)) else items)
 
-    # -- what the native watch checks, and the warm-ups put back ------------------------------
+    # -- what the native watch checks, the warm-ups put back, the hooks are looked for in ----
 
     @property
     def dicts(self) -> list[dict]:
@@ -391,6 +347,14 @@ class BakedState:
                     found[kind].append((key, tensor))
         return found
 
+    def recorded_modules(self, module: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+        """(path, submodule) of `module`'s tree, or of the paths this record recorded again only
+        (recorded_paths)."""
+        paths = self.recorded_paths
+        if paths is None:
+            return list(module.named_modules())
+        return [(path, module.get_submodule(path)) for path in paths if path != _GLOBAL_PATH]
+
     # -- comparing ---------------------------------------------------------------------------
 
     def keys_changed_since(self, before: BakedState) -> Any:
@@ -413,330 +377,16 @@ class BakedState:
             changed = [*changed[:limit], f"and {len(changed) - limit} more"]
         return changed
 
-
-def _modules_at(
-    module: torch.nn.Module, paths: list[str] | None
-) -> list[tuple[str, torch.nn.Module]]:
-    """(path, submodule) of `module`'s tree, or of those of `paths` only."""
-    if paths is None:
-        return list(module.named_modules())
-    return [(path, module.get_submodule(path)) for path in paths if path != _GLOBAL_PATH]
-
-
-def weight_moving_hook(
-    modules: Iterable[tuple[str, torch.nn.Module]],
-) -> tuple[str, str] | None:
-    """The first hook among `modules` ((path, submodule), as named_modules() gives them) that
-    moves its weights at every call (accelerate's model or sequential CPU offload, diffusers'
-    group offloading) or may change what a forward computes from call to call (any other
-    diffusers hook that is not a step cache graphed goes beneath: graphed._step_caches), as
-    (what it is, what to do); None when there is none."""
-    for path, submodule in modules:
-        attributes = vars(submodule)
-        hook = attributes.get("_hf_hook")
-        if hook is not None and _moves_weights(hook):
-            name = type(hook).__name__
-            return f"accelerate's {name} hook on {_where(path)} moves its weights at every call", (
-                _OFFLOAD_ADVICE
-            )
-        hooks = step_caches.hooks_of(submodule)
-        if not hooks or step_caches.is_cached(submodule):
-            continue
-        names = ", ".join(hooks)
-        if any(type(each).__module__.endswith(".group_offloading") for each in hooks.values()):
-            return f"diffusers' {names} hook(s) on {_where(path)} move its weights", _OFFLOAD_ADVICE
-        return (
-            f"diffusers' {names} hook(s) on {_where(path)} may change what the forward computes "
-            "from call to call, and graphed cannot graph beneath them",
-            "To graph this module remove those hooks (its _diffusers_hook.remove_hook(name)), or "
-            "graph the modules below them instead",
-        )
-    return None
-
-
-_OFFLOAD_ADVICE = (
-    "To graph this module keep it on the device (for a diffusers pipeline, pipe.to(device) "
-    "instead of enable_model_cpu_offload, enable_sequential_cpu_offload or "
-    "enable_group_offload), and wrap it after removing the hooks"
-)
-
-
-_swaps_counted = False
-_swaps_lock = threading.Lock()
-
-
-def count_swaps() -> None:
-    """Wraps torch.utils.swap_tensors (once, when the first watch is armed) so that each swap is
-    counted for the native watch, which then fires once: a swap gives a parameter's Python object
-    another TensorImpl (nn.Module._apply does so for some conversions, load_state_dict under
-    torch.__future__'s swap setting) without touching any dict the watch sees, and the TensorImpl
-    the watch read may then be freed. torch's own callers look the function up on torch.utils at
-    each call; code that imported it by name before keeps the unwrapped one."""
-    global _swaps_counted
-    with _swaps_lock:
-        if _swaps_counted:
-            return
-        swap = torch.utils.swap_tensors
-
-        @functools.wraps(swap)
-        def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
-            try:
-                return swap(t1, t2)
-            finally:
-                _fastcall.note_swap()
-
-        torch.utils.swap_tensors = swap_tensors
-        _swaps_counted = True
-
-
-def _tensor_replaced(before: BakedState, now: BakedState) -> bool:
-    """Whether a parameter, buffer or tensor attribute at a path both records hold differs (a
-    tensor re-assigned, moved, retyped); an adapter added or removed adds or removes paths."""
-    for path in now.keys_changed_since(before):
-        record, old = now.records.get(path), before.records.get(path)
-        if old is not None and record is not None and old != record and record[0] in _TENSOR_KINDS:
-            return True
-    return False
-
-
-_TENSOR_KINDS = ("parameter", "buffer", "attribute")
-_CONTAINERS = (dict, list, tuple, set, frozenset)
-_ABSENT = ("absent",)  # a record key a state does not have
-
-
-class States:
-    """The states of what a runner's graphs read besides the call (its module's records:
-    parameters and buffers by identity and address, Python values, hooks, modes), each with the
-    tag the core keys its graphs by (gf_runner_select_state), so that a module switched back to a
-    state seen before (an adapter rotation: set_adapters, disable_lora, enable_lora) replays the
-    graphs of that state at once instead of capturing again. Two states are the same only when
-    every record is equal; a tag is never given to another state (the graphs keyed by it may
-    still be resident), and the least recently used of more than _STATES_KEPT states is
-    forgotten (coming back, it is a new state)."""
-
-    def __init__(self) -> None:
-        self._tags: collections.OrderedDict[Any, int] = collections.OrderedDict()
-        self._next = 1
-        # The records of the first state: every state is told by how it differs from them, so
-        # that a switch compares the records it changed, not the whole module's.
-        self._base: dict[str, Any] | None = None
-
-    def _delta(self, before: BakedState, now: BakedState) -> dict[str, Any]:
-        """The records where `now` differs from the first state (_ABSENT where it has none)."""
-        base = self._base
-        if before.delta is not None and now.keys_changed_since(before) is now.changed_keys:
-            delta = dict(before.delta)
-            keys = now.changed_keys
-        else:
-            delta, keys = {}, {**base, **now.records}
-        for key in keys:
-            record = now.records.get(key, _ABSENT)
-            if record == base.get(key, _ABSENT):
-                delta.pop(key, None)
-            else:
-                delta[key] = record
-        now.delta = delta
-        return delta
-
-    def select(self, before: BakedState, now: BakedState) -> tuple[int, bool] | None:
-        """The tag of the state `now` is in and whether it was seen before, `before` (the state
-        the graphs so far were captured in) remembered first as the first state (tag 0); None
-        when a record cannot be compared as a whole (the graphs are dropped instead)."""
-        try:
-            if not self._tags:
-                self._base, before.delta = before.records, {}
-                self._tags[frozenset()] = 0
-            state = frozenset(self._delta(before, now).items())
-            tag = self._tags.get(state)
-        except TypeError:  # a record that cannot be hashed
-            return None
-        if tag is not None:
-            self._tags.move_to_end(state)
-            return tag, True
-        tag, self._next = self._next, self._next + 1
-        self._tags[state] = tag
-        if len(self._tags) > _STATES_KEPT:
-            self._tags.popitem(last=False)
-        return tag, False
-
-
-class Watch:
-    """The watch of one GraphedForward's module: arm, check, compare, settle (see the module
-    docstring). The check itself is native (the call state's watch, pyext/gf_baked.h); the
-    record it compares with is `baked` (None while nothing is watched: a callable that is not an
-    nn.Module, or a runner disabled). Methods that act on the runner take it as an argument (it
-    answers module, name, stats(), disable(reason, cause) and _drop_graphs()), so the watch holds
-    no reference to it."""
-
-    def __init__(self, call_state: Any) -> None:
-        self._call_state = call_state
-        self.baked: BakedState | None = None
-        # The graphs dropped for a change in a row with no replay between (RECAPTURE_LIMIT), and
-        # the runner's hits and captures when the last were dropped.
-        self._drops_in_a_row = 0
-        self._hits_at_drop = -1
-        self._captures_at_drop = -1
-        self.states = States()
-
-    def arm(self, runner: Any) -> None:
-        """Records what the graphs bake in besides their inputs and arms the native check of it;
-        a hook that moves the weights at every call disables the runner instead."""
-        module = runner.module
-        if not isinstance(module, torch.nn.Module) or not runner.stats()["enabled"]:
-            self.stop()
-            return
-        count_swaps()
-        baked = self.record(module)
-        # Hooks are looked for where the record changed (a hook added sets its module's
-        # attributes), or everywhere when it was made whole.
-        modules = _modules_at(module, baked.recorded_paths)
-        refused = weight_moving_hook(modules)
-        # A region of a cached module runs beneath the module's own hooks (graphed._regions).
-        own = runner._forward_call is module
-        cached = [] if refused else step_caches.cached_modules(modules, own)
-        if refused is not None or cached:
-            self.stop()
-            if refused is not None:
-                what, advice = refused
-                reason = f"{what}, and a graph replays what its capture saw; calls run eager. "
-                # Said once: the disable's own report (graphed._observe) names the reason.
-                runner.disable(reason + advice, "watch")
-            else:
-                eager = step_caches.looked_through(module)
-                runner.disable(step_caches.reason(cached, eager), "step_cache")  # in regions
-            return
-        if self._call_state.watch_fired():
-            # A tensor whose address torch will not say (see pyext/gf_baked.h): no watch can
-            # hold, and a graph of it cannot be kept right.
-            runner.disable(
-                "graphed cannot watch the addresses of the module's tensors (a tensor torch will "
-                "not give an address for); calls run eager",
-                "watch",
-            )
-
-    def stop(self) -> None:
-        """No check before calls (a disabled runner replays nothing)."""
-        self._call_state.unwatch()
-        self.baked = None
-
-    def record(self, module: torch.nn.Module) -> BakedState:
-        """Records the module as it is now (again only where the check saw a change since the
-        last record) and arms the check of it."""
-        previous = self.baked
-        changed = self._call_state.watch_changes() if previous is not None else None
-        self.baked = BakedState(module, previous, changed)
-        self._call_state.watch(self.baked.dicts, self.baked.tensors, self.baked.sequences)
-        return self.baked
-
-    def follow_change(self, runner: Any) -> None:
-        """The check fired (or a module method ran): compares the module with what the graphs
-        baked in; when anything they rely on differs, the calls are keyed in the module's new
-        state (States): a state seen before replays its graphs, a new one captures, the graphs
-        of the others stay resident within max_entries. Where a state cannot be told (a record
-        that cannot be compared whole) the graphs are dropped instead."""
-        recorded = self.baked
-        self.arm(runner)
-        if recorded is None or self.baked is None:
-            return
-        changed = recorded.differences(self.baked)
-        if not changed:
-            return
-        # A tensor replaced at its path (a weight re-assigned, the module moved or retyped): the
-        # graphs of every state are dropped, as no state before will come back.
-        replaced = _tensor_replaced(recorded, self.baked)
-        if replaced:
-            self.states = States()
-            _fastcall.select_state(runner.runner_id, 0, True)
-        selected = None if replaced else self.states.select(recorded, self.baked)
-        seen = selected is not None and selected[1]
-        if not seen and self._past_recapture_limit(runner):
-            self.stop()
-            runner.disable(
-                f"{', '.join(changed)} changed again before any graph replayed, "
-                f"{RECAPTURE_LIMIT} times in a row: a graph replays what its capture read, so "
-                "each change cost a capture that never served a call; calls run eager. Change "
-                "such state in place (copy_, fill_), or pass what changes per call as a kwarg",
-                "recapture_limit",
-            )
-            return
-        what = first_few(changed)
-        if selected is None:
-            runner._drop_graphs()  # a churn guard that started stays: a change is no new traffic
-            _log.info(
-                "runner '%s': %s changed since the graphs were captured; they are dropped and "
-                "captured again",
-                runner.name,
-                what,
-            )
-            return
-        _fastcall.select_state(runner.runner_id, selected[0], not seen)
-        _log.info(
-            "runner '%s': %s changed; %s",
-            runner.name,
-            what,
-            "the module is back in a state its graphs were captured in, which replay"
-            if seen
-            else "the new state is captured on its first call, the graphs of the states before "
-            "stay (within max_entries)",
-        )
-
-    def _past_recapture_limit(self, runner: Any) -> bool:
-        """Counts one more drop of the graphs; True at RECAPTURE_LIMIT in a row with no replay
-        between (the graphs captured before the first of them counted: at most RECAPTURE_LIMIT
-        captures serve no call)."""
-        stats = runner.stats()
-        hits, captures = stats["hits"], stats["captures"]  # hits: calls served by an older graph
-        if hits != self._hits_at_drop:
-            self._drops_in_a_row = 0
-        if captures != self._captures_at_drop:  # a drop after no capture cost none
-            self._drops_in_a_row += 1
-        self._hits_at_drop, self._captures_at_drop = hits, captures
-        return self._drops_in_a_row >= RECAPTURE_LIMIT
-
-    def before_capture(self, module: torch.nn.Module) -> None:
-        """Before the capture's forward: the probe or the warm-ups changed what the check sees
-        (a lazy setup), so the capture is judged against the module as they left it."""
-        if self.baked is not None and self._call_state.watch_fired():
-            self.record(module)
-
-    def settle(self, module: torch.nn.Module) -> list[str]:
-        """After the forward ran for a capture (or eagerly inside the core): what the graphs
-        baked in is the module as the forward left it. Returns what the forward re-assigned of
-        what the graphs read (the graphs captured before it read what it replaced: named once
-        by the caller). Nothing is recorded again when the check says nothing changed (the usual
-        case: two reads)."""
-        if not self._call_state.watch_fired():
-            return []
-        recorded = self.baked
-        after = self.record(module)
-        return recorded.differences(after) if recorded is not None else []
-
-    def state_to_keep(self, held: tuple, module: torch.nn.Module) -> StateToKeep:
-        """What a forward may change besides its inputs, for graphed._phases to put back after
-        each warm-up (or name): the module's buffers and its submodules' tensor attributes, the
-        call's keep_alive tensors (among `held`), and its parameters, as the record lists them
-        (current: the check did not fire, or re-recorded); what the forward re-assigns of the
-        module is what the watch sees (rebound)."""
-        tensors = [item for item in held if isinstance(item, torch.Tensor)]
-        baked = self.baked
-        if baked is None:
-            return StateToKeep(tensors, [], None)
-        restored = [tensor for kind in ("buffer", "attribute") for _, tensor in baked.by_kind[kind]]
-        return StateToKeep(
-            [*restored, *tensors],
-            list(baked.by_kind["parameter"]),
-            lambda after_first_run: self._rebound(module, after_first_run),
-            baked.tensors,
-        )
-
-    def _rebound(self, module: torch.nn.Module, first_run: bool) -> list[str]:
-        """The paths of what the forward re-assigned of `module` (a Python attribute, a tensor,
-        a value a dict, list or set holds) since the record was made, which is then made again;
-        nothing after the first run (a lazy setup) or when the check did not fire (two reads)."""
-        if not self._call_state.watch_fired():
-            return []
-        recorded = self.baked
-        after = self.record(module)
-        if first_run or recorded is None:
-            return []
-        return recorded.differences(after, limit=len(after.records))
+    def tensor_replaced_since(self, before: BakedState) -> bool:
+        """Whether a parameter, buffer or tensor attribute at a path both records hold differs (a
+        tensor re-assigned, moved, retyped); an adapter added or removed adds or removes paths."""
+        for path in self.keys_changed_since(before):
+            record, old = self.records.get(path), before.records.get(path)
+            if (
+                old is not None
+                and record is not None
+                and old != record
+                and record[0] in _TENSOR_KINDS
+            ):
+                return True
+        return False

@@ -2,7 +2,7 @@
 module's forward as a direct hook the native core calls for capture and hands each call to the C
 entry points (`graphed._native._graphed_fastcall`), which key, capture, replay or run eager: plain
 kwargs are walked in C; the others are flattened here (graphed._tree) and go through the
-dispatcher. Composed in from beside it: the watch (graphed._baked), what the core's forwards carry
+dispatcher. Composed in from beside it: the watch (graphed._watch), what the core's forwards carry
 between runs (graphed._phases), verify mode (graphed._verify), the operators and the runner
 registry (graphed._ops), the arguments (graphed._arguments), the nn.Module face
 (graphed._module_methods).
@@ -24,7 +24,6 @@ from typing import Any
 import torch
 
 from . import _arguments, _eager, _groups, _library, _observe, _ops, _phases, _regions, _verify
-from ._baked import Watch
 from ._churn import NewKeys
 from ._device_hooks import hooks_for
 from ._memory import MemoryPool, pool_id_of
@@ -33,6 +32,7 @@ from ._native import _graphed_fastcall as _fastcall
 from ._options import RunnerOptions
 from ._reentry import ReentryDepth
 from ._tree import flatten_kwargs, flatten_output, kwargs_of, rebuild_output
+from ._watch import Watch
 
 __all__ = ["GraphedForward"]
 
@@ -243,7 +243,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             )
             if result is not _CHANGED:
                 break
-            # What the graphs baked in may have changed (graphed._baked): look, then call again.
+            # What the graphs baked in may have changed (graphed._watch): look, then call again.
             self._watch.follow_change(self)
         if result is _FALLBACK:
             options = (held_tensors, pin, static_outputs, held_objects)

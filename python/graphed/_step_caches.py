@@ -15,7 +15,7 @@ The rest of the forward is graphed as regions too.
 A hook is a step cache by where diffusers defines it (the modules of diffusers.hooks named in
 _STEP_CACHE_MODULES); any other diffusers hook (group offloading moves weights, layerwise casting
 changes dtypes, an unknown one may change what a module computes) is not gone beneath: the watch
-refuses it (graphed._baked.weight_moving_hook). A cached module is graphed beneath its hooks only
+refuses it (graphed._hook_refusals). A cached module is graphed beneath its hooks only
 where the bottom of its hook chain is the module's own forward, as diffusers' registry leaves it.
 """
 

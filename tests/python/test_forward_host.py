@@ -8,7 +8,7 @@
   eager_calls and by its reason in eager_by_reason, whoever runs it.
 - The options record (graphed._options): one frozen record a region copies.
 - A cause code beside every disabled reason (ops/gf_disable_cause.h), and the watch's bound on the
-  recaptures it causes with no replay between (graphed._baked.RECAPTURE_LIMIT).
+  recaptures it causes with no replay between (graphed._watch.RECAPTURE_LIMIT).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import weakref
 import pytest
 import torch
 from graphed import GraphedForward
-from graphed._baked import RECAPTURE_LIMIT
 from graphed._native import _graphed_fastcall as _fastcall
+from graphed._watch import RECAPTURE_LIMIT
 
 
 def _per_instance_operators() -> int:

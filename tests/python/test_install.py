@@ -170,7 +170,7 @@ def test_importing_graphed_or_making_a_runner_changes_no_global_state():
 
 def test_the_first_watched_module_wraps_swap_tensors_and_nothing_else():
     # A GraphedForward of an nn.Module arms the watch, whose first arming counts swaps
-    # (graphed._baked.count_swaps); the global-state table lists it.
+    # (graphed._watch.count_swaps); the global-state table lists it.
     _in_fresh_interpreter(
         "import sys, graphed\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"

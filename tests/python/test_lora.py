@@ -112,7 +112,7 @@ _ROTATION = [
 
 def test_an_adapter_rotation_captures_each_state_once_then_replays(emulated_backend):
     """A multi-tenant rotation (one adapter state per request, three states in turn): each state
-    is captured on its first request and replayed on every later one (graphed._baked.States)."""
+    is captured on its first request and replayed on every later one (graphed._watch.States)."""
     import graphed
 
     model, inputs = lora_workflow._peft_model()

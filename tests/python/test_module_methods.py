@@ -3,7 +3,7 @@ cuda, requires_grad_, apply, ...): each is applied to the wrapped module and ret
 GraphedForward, so that `gf = GraphedForward(m, device=...).eval()` keeps a graphed. The graphs
 are dropped when the call changed what they baked in (a parameter's dtype, address or layout);
 a mode flip keys the calls in the module's new state, whose graphs are its own, and flipping back
-replays the graphs of the state before (graphed._baked.States); a call that changes nothing
+replays the graphs of the state before (graphed._watch.States); a call that changes nothing
 keeps them; a move off the runner's device is refused with the module left
 as it was; for a callable that is not an nn.Module the names raise AttributeError as before.
 Runs on the CPU through the emulated backend, which captures there."""
