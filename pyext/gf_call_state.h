@@ -74,6 +74,8 @@ extern "C" {
  *     `_inside` (the pipeline's module called from inside its own GraphedForward);
  *   - graphed._phases' `_local`: what is_current_stream_capturing answers on the thread whose
  *     forward the core captures, and the sync warnings of this thread's probe;
+ *   - graphed._inventory's `_calling`: the torch function this thread's InventoryMode called
+ *     last, which the sync probe's message names;
  *   - graphed._generation's `_in_flight`: the cache of the generate() step this thread runs,
  *     which a replay cannot carry through the graph's kwargs.
  * The Python layer keeps the rest of what a call needs on one per-runner object
