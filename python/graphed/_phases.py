@@ -124,7 +124,7 @@ class StateToKeep(NamedTuple):
     back after each), `parameters` ((name, parameter) pairs: too large to copy, so an in-place
     write is only named) and `rebound`: what the forward re-assigned of the module since it was
     last asked (a Python attribute rebound, a value a dict, list or set holds, a tensor replaced),
-    which nothing can put back for a replay: named too. graphed._baked's watch answers it, as it
+    which nothing can put back for a replay: named too. graphed._watch answers it, as it
     sees any mutation of the module's dicts for the cost of a check, where a pass comparing every
     submodule's attributes after each run cost 1.5 to 1.9 ms for the big benchmark DiT's 402
     submodules (a 2-core x86 host); its argument is True after the first run, whose changes are a
