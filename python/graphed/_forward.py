@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from . import _arguments, _eager, _groups, _library, _observe, _ops, _phases, _regions, _verify
-from ._churn import NewKeys
+from ._churn import KeysWithoutGraphs, NewKeys
 from ._device_hooks import hooks_for
-from ._memory import MemoryPool, pool_id_of
+from ._memory import MemoryPool
 from ._module_methods import ModuleMethods
 from ._native import _graphed_fastcall as _fastcall
 from ._options import RunnerOptions
@@ -138,7 +138,6 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self.options = options
         self.device, self.name, self.group = options.device, options.name, options.group
         self.memory_pool = options.memory_pool
-        self._hooks = hooks_for(self.device.type)
         self._positional_names, limit = _arguments.positional_names(module)
         # The kwargs a positional call makes: (args, kwargs) -> kwargs (_arguments.bind_positional).
         self._bind_positional = functools.partial(
@@ -150,7 +149,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self._regions: _regions.Regions | None = None
         # The call in flight, set by both C entry points under the runner's lock (gf_fastcall.c).
         self._call_state = _fastcall.CallState(rebuild_output)
-        self._watch = Watch(self._call_state)
+        self._watch = Watch(self._call_state, own_forward=forward is module)
         self._runs = _phases.ForwardRuns(self.name, self._call_state, self.device.type, module)
         # The kwargs of the latest calls without a graph, for the churn guard's warning.
         self._new_keys = NewKeys(kwargs_of)
@@ -158,45 +157,48 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         self._forwards_here = ReentryDepth()
         # Disabled for good (_turn_off), settled once (_settle_disable), next call makes regions.
         self._disabled = self._disable_settled = self._split_due = False
-        # What compares the calls the entries sample with eager (one that compares none without
-        # verify options).
-        self._verifier = _verify.Verifier.of(options.verification)
+        # What compares the calls the entries sample with eager (none without verify options).
+        self._verifier = _verify.Verifier.of(options.verification, self._call_state)
         self._registration = self._make_runner(options)
         self._registration.log.describe_churn = self._new_keys.describe
         self._id = self._registration.runner_id
-        self._verifier.arm(self)
-        if self.group is not None:
-            _groups.release_before_teardown()
         stats = self.stats()
-        if not stats["enabled"]:
-            self._settle_disable()
-        # No graph will run on a device the backend cannot serve, so the core's device check (made
-        # on the way to a graph) never would: the eager run makes it (_run_module), so that code
-        # refused on the device is refused without it too.
+        # Where graphs are unavailable the core's device check and churn guard never run: the eager
+        # runs make them (_run_module; graphed._eager, whose record is all it reads of this runner).
         graphless = _observe.graphs_unavailable(stats)
         self._checks_devices = graphless and self.device.type != "cpu"
+        churn_limit = options.churn_limit if graphless else 0
+        self._keys_without_graphs = KeysWithoutGraphs(self.name, self._new_keys, churn_limit)
+        self._eager = _eager.EagerRun(
+            forward,
+            module,
+            options,
+            self._registration,
+            self._forwards_here,
+            self._watch,
+            self._runs,
+            self._new_keys,
+            self._keys_without_graphs,
+            self._checks_devices,
+        )
+        self._verifier.arm(self, self._eager)
+        if self.group is not None:
+            _groups.release_before_teardown()
+        if not stats["enabled"]:
+            self._settle_disable()
         self._watch.arm(self)
 
     def _make_runner(self, options: RunnerOptions) -> _ops.Registration:
         # With a group, the shim agrees over it by its registered name (graphed._groups).
         group_name = None if self.group is None else _groups.group_name_of(self.group)
-        self._hooks.on_runner_created()
+        hooks_for(self.device.type).on_runner_created()
         return _ops.make_runner(
             self,
             GraphedForward._run_module,
             GraphedForward._turn_off,
             self._call_state,
-            name=self.name,
-            device=self.device,
-            max_entries=options.max_entries,
-            warmup_iters=options.warmup_iters,
-            enabled=options.enabled,
             group_name=group_name,
-            backend=options.backend,
-            memory_pool=pool_id_of(options.memory_pool),
-            # Staged on the device by the runner's torch-side call itself (shim/gf_shim_call.cpp).
-            cpu_inputs="to_device" if options.inputs_to_device else "refuse",
-            churn_limit=options.churn_limit,
+            **options.create_keywords(),
         )
 
     # -- the call path ---------------------------------------------------------------------
@@ -229,7 +231,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         if args:
             kwargs = self._bind_positional(args, kwargs)
         if _is_compiling():
-            return _run_eagerly(self, kwargs, _eager.COMPILING)
+            return _run_eagerly(self._eager, kwargs, _eager.COMPILING)
         while True:
             result = _fastcall.call(
                 self._id,
@@ -251,11 +253,11 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         if result is _RUN_EAGER:
             # A new key the core holds back (ops/gf_churn.h, gf_backoff.h): run here, not through
             # the host's forward (about 60 us a call more on the H200's host).
-            return _run_eagerly(self, kwargs, _HELD_BACK, variant=variant)
+            return _run_eagerly(self._eager, kwargs, _HELD_BACK, variant=variant)
         if result is _REENTERED:
             # A call from inside this instance's own forward (the forward calls its GraphedForward
             # again): eager, as the forward would run without graphed (see gf_fastcall.c).
-            return _run_eagerly(self, kwargs, _REENTERED_CALL)
+            return _run_eagerly(self._eager, kwargs, _REENTERED_CALL)
         if type(result) is _SAMPLED_CALL:
             # One of the calls verify mode compares with eager (graphed._verify).
             return self._verifier.compared(self, kwargs, result)
@@ -268,7 +270,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         static_outputs, the held objects)."""
         tensors, key, spec = flatten_kwargs(kwargs, variant)
         if not tensors:
-            return _run_eagerly(self, kwargs, _eager.NO_TENSORS)
+            return _run_eagerly(self._eager, kwargs, _eager.NO_TENSORS)
         _arguments.check_keep_alive(options[0])
         return _fastcall.call_flat(self._id, self._call_state, key, tensors, spec, *options)
 
@@ -283,24 +285,26 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         if args:
             kwargs = self._bind_positional(args, kwargs)
         if _is_compiling():
-            return _run_eagerly(self, kwargs, _eager.COMPILING)
+            return _run_eagerly(self._eager, kwargs, _eager.COMPILING)
         if self._forwards_here.level:
-            return _run_eagerly(self, kwargs, _REENTERED_CALL)
+            return _run_eagerly(self._eager, kwargs, _REENTERED_CALL)
         if not self._disable_settled:
             self._settle_disable()
         if self._split_due:
             self._split_due = False
-            self._regions = _regions.split_into_regions(self)
+            self._regions = self._eager.regions = _regions.split_into_regions(self)
         flat = _fastcall.flatten(kwargs, variant)
         if flat is _FALLBACK:
             options = (held_tensors, pin, static_outputs, held_objects)
             result = self._call_flat(kwargs, variant, options)
-            return _run_eagerly(self, kwargs, _REENTERED_CALL) if result is _REENTERED else result
+            if result is _REENTERED:
+                return _run_eagerly(self._eager, kwargs, _REENTERED_CALL)
+            return result
         tensors = flat[1]
         if not tensors:
-            return _run_eagerly(self, kwargs, _eager.NO_TENSORS)
+            return _run_eagerly(self._eager, kwargs, _eager.NO_TENSORS)
         _arguments.check_keep_alive(held_tensors)
-        return _run_eagerly(self, kwargs, _DISABLED, tensors)
+        return _run_eagerly(self._eager, kwargs, _DISABLED, tensors)
 
     def _run_module(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The body of the forward operator the core calls for probe, warm-up, capture and eager
@@ -341,7 +345,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
                 )
             with (
                 self._forwards_here,
-                _eager.run_context(self, core_run=True),
+                _eager.run_context(self._eager, not self._disabled),
                 runs.forward_in_phase(
                     phase, lambda: watch.state_to_keep(state.held, self.module), inputs
                 ),
@@ -436,10 +440,6 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
     def reset(self) -> None:
         """Drops every captured graph and its buffers; the next call captures again."""
         _fastcall.reset(self._id, True)
-
-    def _drop_graphs(self) -> None:
-        """reset() for the watch: a churn guard that started stays (ops/gf_runner.h)."""
-        _fastcall.reset(self._id, False)
 
     def _follow_change(self) -> None:
         """What the graphs baked in may have changed (graphed._module_methods): look."""

@@ -14,7 +14,7 @@ import torch
 
 from . import _arguments, _verify
 from ._device_hooks import resolve_device
-from ._memory import MemoryPool
+from ._memory import MemoryPool, pool_id_of
 
 __all__ = ["RunnerOptions"]
 
@@ -63,6 +63,22 @@ class RunnerOptions:
         return cls(
             device=resolve_device(torch.device(device)), verification=verification, **options
         )
+
+    def create_keywords(self) -> dict[str, Any]:
+        """The keywords of torch.ops.graphed.create (graphed._ops.create) these options give; the
+        group's name aside (graphed._groups)."""
+        return {
+            "name": self.name,
+            "device": self.device,
+            "max_entries": self.max_entries,
+            "warmup_iters": self.warmup_iters,
+            "enabled": self.enabled,
+            "backend": self.backend,
+            "memory_pool": pool_id_of(self.memory_pool),
+            # Staged on the device by the runner's torch-side call itself (shim/gf_shim_call.cpp).
+            "cpu_inputs": "to_device" if self.inputs_to_device else "refuse",
+            "churn_limit": self.churn_limit,
+        }
 
     @property
     def inputs_to_device(self) -> bool:

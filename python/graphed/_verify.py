@@ -55,7 +55,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils import _pytree as pytree
 
-from ._eager import VERIFY, run_eagerly
+from ._eager import VERIFY, EagerRun, run_eagerly
 from ._inventory import inventory
 from ._native import _graphed_fastcall as _fastcall
 
@@ -223,9 +223,10 @@ class Verifier:
     """What a GraphedForward made with verify options does with a call the C entry returned as a
     SampledCall: runs the module eagerly and compares (see the module docstring)."""
 
-    def __init__(self, verification: Verification) -> None:
+    def __init__(self, verification: Verification, call_state: Any) -> None:
         self.verification = verification
-        self._call_state: Any = None
+        self._call_state = call_state
+        self._eager: EagerRun | None = None  # what its eager runs read (arm)
         self._pending: collections.deque[_Verdict] = collections.deque()
         self._pending_bytes = 0
         self._spare_slots: list[_VerdictSlot] = []
@@ -235,15 +236,17 @@ class Verifier:
         self._queue_lock = threading.RLock()
 
     @staticmethod
-    def of(verification: Verification | None) -> Verifier | NoVerifier:
-        """The verifier of a runner's verify options (None: one that compares nothing)."""
-        return _NO_VERIFIER if verification is None else Verifier(verification)
+    def of(verification: Verification | None, call_state: Any) -> Verifier | NoVerifier:
+        """The verifier of a runner's verify options (None: one that compares nothing) and call
+        state."""
+        return _NO_VERIFIER if verification is None else Verifier(verification, call_state)
 
-    def arm(self, runner: Any) -> None:
+    def arm(self, runner: Any, eager: EagerRun) -> None:
         """Makes the runner's entries return the calls to compare as SampledCall, and where the
         comparison is bitwise on a device that defers it, the fast entry make the sampled calls
-        after the first `calls` itself (pyext/gf_verify_sampled.c)."""
-        self._call_state = runner._call_state
+        after the first `calls` itself (pyext/gf_verify_sampled.c). `eager`: what the runner's
+        eager runs read (graphed._eager)."""
+        self._eager = eager
         self._route(False)
         device, verification = runner.device, self.verification
         if (
@@ -260,7 +263,7 @@ class Verifier:
                 scratch = torch.zeros(2 * _PENDING_MOST, dtype=torch.int32, device=device)
             except RuntimeError:  # no such device here: the runner has no graphs to sample
                 return
-            self._call_state.verify_natively(runner.runner_id, runner._forward_call, host, scratch)
+            self._call_state.verify_natively(runner.runner_id, eager.forward_call, host, scratch)
 
     def stop(self) -> None:
         """The runner is disabled: no call is compared, the verdicts pending are dropped."""
@@ -301,13 +304,13 @@ class Verifier:
     ) -> Any:
         if differed is not None:  # a verdict the fast entry read (pyext/gf_verify_sampled.c)
             self._disable_for(runner, *differed)
-            return run_eagerly(runner, kwargs, VERIFY)
+            return run_eagerly(self._eager, kwargs, VERIFY)
         if self._pending and self._read_verdicts(runner):
-            return run_eagerly(runner, kwargs, VERIFY)
+            return run_eagerly(self._eager, kwargs, VERIFY)
         if expected is None:  # else the fast entry ran it and handed the comparison here
             if not self._due(served):  # handed here only for the pending verdicts
                 return result
-            expected = run_eagerly(runner, kwargs, VERIFY)
+            expected = run_eagerly(self._eager, kwargs, VERIFY)
         verification = self.verification
         deferred = served > verification.calls
         if deferred and self._full() and self._wait_and_read(runner):  # an earlier one differed
@@ -448,7 +451,7 @@ def _wait_for_device(verdicts: Any) -> None:
 class NoVerifier:
     """The verifier of a runner without verify options: its entries sample no call."""
 
-    def arm(self, runner: Any) -> None:
+    def arm(self, runner: Any, eager: Any) -> None:
         pass
 
     def stop(self) -> None:

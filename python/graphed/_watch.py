@@ -135,11 +135,13 @@ class Watch:
     docstring). The check itself is native (the call state's watch, pyext/gf_baked.h); the
     record it compares with is `baked` (None while nothing is watched: a callable that is not an
     nn.Module, or a runner disabled). Methods that act on the runner take it as an argument (it
-    answers module, name, stats(), disable(reason, cause) and _drop_graphs()), so the watch holds
-    no reference to it."""
+    answers module, name, runner_id, stats() and disable(reason, cause)), so the watch holds no
+    reference to it. `own_forward`: the runner calls its module's own call (not a region's
+    original forward, graphed._regions)."""
 
-    def __init__(self, call_state: Any) -> None:
+    def __init__(self, call_state: Any, own_forward: bool) -> None:
         self._call_state = call_state
+        self._own_forward = own_forward
         self.baked: BakedState | None = None
         # The graphs dropped for a change in a row with no replay between (RECAPTURE_LIMIT), and
         # the runner's hits and captures when the last were dropped.
@@ -161,7 +163,7 @@ class Watch:
         # Hooks are looked for where the record changed (a hook added sets its module's
         # attributes), or everywhere when it was made whole.
         modules = baked.recorded_modules(module)
-        refused = hook_refusals.refusal(module, modules, own=runner._forward_call is module)
+        refused = hook_refusals.refusal(module, modules, own=self._own_forward)
         if refused is not None:
             self.stop()
             # Said once: the disable's own report (graphed._observe) names the reason.
@@ -223,7 +225,8 @@ class Watch:
             return
         what = first_few(changed)
         if selected is None:
-            runner._drop_graphs()  # a churn guard that started stays: a change is no new traffic
+            # reset() but for a churn guard that started, which stays: a change is no new traffic.
+            _fastcall.reset(runner.runner_id, False)
             _log.info(
                 "runner '%s': %s changed since the graphs were captured; they are dropped and "
                 "captured again",
