@@ -134,6 +134,7 @@ gf_status gf_runner_create(const gf_runner_config *config, const gf_host *host,
     runner->host = *host;
     runner->backend = table; /* the runner's copy, freed with it */
     runner->enabled = 1;
+    runner->captures_at_drop = UINT64_MAX; /* a watch's first drop is counted */
     status =
         gf_cache_init(&runner->cache, config->max_entries, gf_runner_release_entry, runner, err);
     if (status == GF_OK) {
@@ -173,23 +174,47 @@ void gf_runner_destroy(gf_runner *runner) {
   free(runner);
 }
 
-void gf_runner_drop_graphs(gf_runner *runner) {
+/* Every graph and pool dropped; the runner stays enabled (the next call captures again, with the
+ * sync probe again). */
+static void gf_runner_clear_graphs(gf_runner *runner) {
   gf_cache_clear(&runner->cache);
   runner->sync_probe_done = 0;
   gf_backoff_clear(&runner->backoff); /* the memory it waited for is free now */
   gf_churn_graphs_dropped(&runner->churn);
 }
 
-void gf_runner_select_state(gf_runner *runner, uint64_t state, int first_time) {
+/* One more drop a watch made (Note [Recaptures in a row]): counted where a capture came since the
+ * last; 1 when that makes GF_STALE_LIMIT in a row with no replay between. */
+static int gf_runner_count_watch_drop(gf_runner *runner) {
+  if (runner->captures != runner->captures_at_drop) {
+    runner->stale_in_a_row++;
+  }
+  runner->captures_at_drop = runner->captures;
+  return runner->stale_in_a_row >= GF_STALE_LIMIT;
+}
+
+int gf_runner_drop_graphs(gf_runner *runner) {
+  if (gf_runner_count_watch_drop(runner)) {
+    return 1;
+  }
+  gf_runner_clear_graphs(runner);
+  return 0;
+}
+
+int gf_runner_select_state(gf_runner *runner, uint64_t state, int first_time) {
+  if (first_time && gf_runner_count_watch_drop(runner)) {
+    return 1;
+  }
   runner->state = state;
   if (first_time) {
     runner->sync_probe_done = 0; /* a new state may run other code: probed as a new runner is */
   }
   gf_churn_graphs_dropped(&runner->churn); /* a key met again in another state is no traffic */
+  return 0;
 }
 
 void gf_runner_reset(gf_runner *runner) {
-  gf_runner_drop_graphs(runner);
+  gf_runner_clear_graphs(runner);
   gf_churn_restart(&runner->churn);
 }
 
@@ -322,11 +347,11 @@ static gf_status gf_runner_check_inputs(const gf_runner *runner, const gf_tensor
  *    in Python) and holds each weakly. Before a replay the core asks the host whether one of them
  *    was freed or moved since; if so the entry is dropped (the host told, GF_EVENT_STALE, with the
  *    tensor named) and the key captured again, so the call reads what eager reads; the churn
- *    guard is not asked (a key seen before is no new traffic). Eight such drops in a row with no
- *    replay between disable the runner (cause recapture_limit): a tensor rebound at every call
- *    would cost a capture at every call. A tensor rebound while the old one lives on elsewhere
- *    cannot be seen this way (the graph reads the old one); docs/api.md says what to do. */
-enum { GF_STALE_LIMIT = 8 };
+ *    guard is not asked (a key seen before is no new traffic). GF_STALE_LIMIT drops in a row with
+ *    no replay between, these and a watch's (Note [Recaptures in a row], gf_runner.h), disable the
+ *    runner (cause recapture_limit): a tensor rebound at every call would cost a capture at every
+ *    call. A tensor rebound while the old one lives on elsewhere cannot be seen this way (the
+ *    graph reads the old one); docs/api.md says what to do. */
 
 /* The entry of the call's key, or NULL: none, or one dropped because it would read freed memory
  * (Note [A graph's externals]; *dropped set to 1). */

@@ -124,14 +124,31 @@ gf_status gf_runner_call(gf_runner *runner, const void *key, size_t key_length,
  * stick. `reason` is for people; `cause` for programs (gf_disable_cause.h). */
 void gf_runner_disable(gf_runner *runner, gf_disable_cause cause, const char *reason);
 
+/* Note [Recaptures in a row]
+ * Graphs dropped before a single replay, this many times in a row, disable the runner (cause
+ * recapture_limit): what a graph read changed at every call, which would cost a capture at every
+ * call. One count for both kinds of drop: an entry whose externals were freed (Note [A graph's
+ * externals], gf_runner.c: the core disables), and the graphs a host's watch drops, or a state new
+ * to them it selects, because what they read changed (gf_runner_drop_graphs,
+ * gf_runner_select_state: the host disables, with a reason naming what changed). A watch's drop
+ * after no capture since its last costs none and is not counted; a replay of an earlier graph
+ * starts the count over. CUDAGraph Trees cap the same case at 128
+ * (cudagraph_unexpected_rerecord_limit, conservatively large); graphed's captures run in the
+ * caller's call, so it stops sooner: 8 captures each thrown away before a single replay is no
+ * adapter rotation (which replays between switches) and no lazy setup (which settles at once). */
+enum { GF_STALE_LIMIT = 8 };
+
 /* Which state of what its graphs read besides the call (a module's adapters and values, as the
  * host tells its states apart) the runner's calls are made in from now on; 0, the first, until
  * changed. Entries are keyed by it too (gf_signature_add_state): the graphs of every state stay
  * resident, within max_entries (least recently used first), and a call in a state seen before
  * replays its graph, where dropping them (gf_runner_drop_graphs) would capture again. A state
  * selected for the first time is probed for synchronizations again, as after a drop; either way
- * the churn guard's run of new keys starts over (gf_churn_graphs_dropped). */
-void gf_runner_select_state(gf_runner *runner, uint64_t state, int first_time);
+ * the churn guard's run of new keys starts over (gf_churn_graphs_dropped). A state selected for
+ * the first time counts as a drop (Note [Recaptures in a row]): returns 1, having selected
+ * nothing, when it would be the GF_STALE_LIMIT-th in a row (the caller then disables the runner);
+ * else 0. */
+int gf_runner_select_state(gf_runner *runner, uint64_t state, int first_time);
 
 /* Drops every graph and pool; the runner stays enabled (the next call captures again, with the
  * sync probe again). */
@@ -139,9 +156,10 @@ void gf_runner_reset(gf_runner *runner);
 
 /* Drops every graph and pool as gf_runner_reset does, but a churn guard that started stays (the
  * run of new keys starts over, gf_churn_graphs_dropped): what a watch that saw the graphs' state
- * change calls, which is no sign of new traffic. A module that changes at every call meets the
- * watch's own bound instead (graphed._watch.RECAPTURE_LIMIT). */
-void gf_runner_drop_graphs(gf_runner *runner);
+ * change calls, which is no sign of new traffic. A module that changes at every call meets
+ * GF_STALE_LIMIT instead (Note [Recaptures in a row]): returns 1, having dropped nothing, when this
+ * drop would be the GF_STALE_LIMIT-th in a row (the caller then disables the runner); else 0. */
+int gf_runner_drop_graphs(gf_runner *runner);
 
 void gf_runner_get_stats(const gf_runner *runner, gf_runner_stats *stats);
 

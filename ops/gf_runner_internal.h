@@ -58,9 +58,10 @@ struct gf_runner {
   uint64_t replays;
   uint64_t hits; /* calls served by a graph captured by an earlier call */
   uint64_t eager_calls;
-  uint64_t state;          /* the state calls are keyed in (gf_runner_select_state) */
-  uint64_t stale_drops;    /* entries dropped before a replay: an external was freed */
-  unsigned stale_in_a_row; /* such drops with no replay between (Note [A graph's externals]) */
+  uint64_t state;            /* the state calls are keyed in (gf_runner_select_state) */
+  uint64_t stale_drops;      /* entries dropped before a replay: an external was freed */
+  unsigned stale_in_a_row;   /* such drops and a watch's, no replay between (gf_runner.h) */
+  uint64_t captures_at_drop; /* `captures` at a watch's last drop (gf_runner_drop_graphs) */
   int64_t pool_bytes;
   int64_t graph_bytes;
 };

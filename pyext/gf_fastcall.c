@@ -52,6 +52,7 @@
 #include "gf_fastcall_torch.h"
 #include "gf_host.h"
 #include "gf_model_hooks.h"
+#include "gf_runner.h"
 #include "gf_sync_warning.h"
 #include "gf_tensor.h"
 #include "gf_verify_compare.h"
@@ -378,14 +379,16 @@ static PyObject *gf_reset(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return NULL;
   }
   gf_error err = {0};
-  gf_status status = gf_fastcall_torch_reset((int64_t)id, restart_churn, &err);
+  int at_limit = 0;
+  gf_status status = gf_fastcall_torch_reset((int64_t)id, restart_churn, &at_limit, &err);
   if (status != GF_OK) {
     return gf_fastcall_torch_raise(status, &err);
   }
-  Py_RETURN_NONE;
+  return PyBool_FromLong(at_limit);
 }
 
-/* select_state(runner_id, state, first_time): graphed._watch's States (gf_runner_select_state). */
+/* select_state(runner_id, state, first_time) -> at_limit: graphed._watch's States
+ * (gf_runner_select_state). */
 static PyObject *gf_select_state(PyObject *self, PyObject *args) {
   (void)self;
   long long id = 0;
@@ -395,8 +398,10 @@ static PyObject *gf_select_state(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "LKp:select_state", &id, &state, &first_time)) {
     return NULL;
   }
-  gf_status status = gf_fastcall_torch_select_state((int64_t)id, state, first_time, &err);
-  return status == GF_OK ? Py_NewRef(Py_None) : gf_fastcall_torch_raise(status, &err);
+  int at_limit = 0;
+  gf_status status =
+      gf_fastcall_torch_select_state((int64_t)id, state, first_time, &at_limit, &err);
+  return status == GF_OK ? PyBool_FromLong(at_limit) : gf_fastcall_torch_raise(status, &err);
 }
 
 /* attach(runner_id, state, forward, observer): gives a runner made with no forward operator its
@@ -442,10 +447,13 @@ static PyMethodDef gf_fastcall_methods[] = {
      "hooks (a runner made with no forward operator)"},
     {"select_state", (PyCFunction)gf_select_state, METH_VARARGS,
      "select_state(runner_id, state, first_time): the state of what the graphs read its calls "
-     "are keyed in from now on; the graphs of other states stay resident"},
+     "are keyed in from now on; the graphs of other states stay resident. True, having selected "
+     "nothing, where a state new to them would be the last of RECAPTURE_LIMIT drops in a row"},
     {"reset", (PyCFunction)(void (*)(void))gf_reset, METH_FASTCALL,
      "reset(runner_id, restart_churn): drops the graphs (and their output templates) under the "
-     "runner's lock; the churn guard starts afresh only when restart_churn"},
+     "runner's lock; the churn guard starts afresh only when restart_churn. Without it (a "
+     "watch's drop), True, having dropped nothing, where it would be the last of "
+     "RECAPTURE_LIMIT drops in a row"},
     {"note_swap", gf_note_swap, METH_NOARGS,
      "note_swap(): counts a swap of two tensors' contents (torch.utils.swap_tensors), after which "
      "every watch fires once"},
@@ -487,6 +495,7 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
        * (graphed._forward, graphed._phases). */
       PyModule_AddIntConstant(module, "MAX_DIMS", GF_MAX_DIMS) != 0 ||
       PyModule_AddIntConstant(module, "CHURN_LIMIT", GF_CHURN_DEFAULT) != 0 ||
+      PyModule_AddIntConstant(module, "RECAPTURE_LIMIT", GF_STALE_LIMIT) != 0 ||
       PyModule_AddIntConstant(module, "PHASE_EAGER", GF_PHASE_EAGER) != 0 ||
       PyModule_AddIntConstant(module, "PHASE_PROBE", GF_PHASE_PROBE) != 0 ||
       PyModule_AddIntConstant(module, "PHASE_WARMUP", GF_PHASE_WARMUP) != 0 ||

@@ -414,14 +414,16 @@ extern "C" gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_cal
   }
 }
 
-extern "C" gf_status gf_fastcall_torch_reset(int64_t runner_id, int restart_churn, gf_error *err) {
+extern "C" gf_status gf_fastcall_torch_reset(int64_t runner_id, int restart_churn, int *at_limit,
+                                             gf_error *err) {
+  *at_limit = 0;
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
     std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
     if (restart_churn) {
       gf_runner_reset(slot->runner);
     } else {
-      gf_runner_drop_graphs(slot->runner);
+      *at_limit = gf_runner_drop_graphs(slot->runner);
     }
     return GF_OK;
   } catch (...) {
@@ -430,11 +432,12 @@ extern "C" gf_status gf_fastcall_torch_reset(int64_t runner_id, int restart_chur
 }
 
 extern "C" gf_status gf_fastcall_torch_select_state(int64_t runner_id, uint64_t state,
-                                                    int first_time, gf_error *err) {
+                                                    int first_time, int *at_limit, gf_error *err) {
+  *at_limit = 0;
   try {
     std::shared_ptr<graphed::RunnerSlot> slot = graphed::find_runner(runner_id);
     std::unique_lock<std::recursive_mutex> guard = lock_runner(*slot);
-    gf_runner_select_state(slot->runner, state, first_time);
+    *at_limit = gf_runner_select_state(slot->runner, state, first_time);
     return GF_OK;
   } catch (...) {
     return graphed::status_of_current_exception(err, nullptr);

@@ -103,12 +103,16 @@ gf_status gf_fastcall_torch_call_dispatched(int64_t runner_id, gf_call_in_flight
 
 /* Resets the runner (gf_runner_reset; gf_runner_drop_graphs, which keeps the churn guard, when
  * restart_churn is 0) under the runner's lock, waiting for it with the GIL released; the core
- * releases each entry's output template with the entry. */
-gf_status gf_fastcall_torch_reset(int64_t runner_id, int restart_churn, gf_error *err);
+ * releases each entry's output template with the entry. `*at_limit`: the drop was not made, as
+ * it would be the last of GF_STALE_LIMIT in a row (gf_runner_drop_graphs). */
+gf_status gf_fastcall_torch_reset(int64_t runner_id, int restart_churn, int *at_limit,
+                                  gf_error *err);
 
-/* Selects the state the runner's calls are keyed in (gf_runner_select_state) under its lock. */
+/* Selects the state the runner's calls are keyed in (gf_runner_select_state) under its lock.
+ * `*at_limit`: a first-time state was not selected, as it would be the last of GF_STALE_LIMIT
+ * drops in a row. */
 gf_status gf_fastcall_torch_select_state(int64_t runner_id, uint64_t state, int first_time,
-                                         gf_error *err);
+                                         int *at_limit, gf_error *err);
 
 /* Verify mode's comparison of a sampled call (gf_runner_compare_later) on runner `runner_id`'s
  * device, under its lock: GF_ERR_NOT_FOUND, having queued nothing, where its backend cannot. */

@@ -36,11 +36,10 @@ _log = logging.getLogger("graphed")
 # The captures the watch may throw away in a row with no replay between: at it, the runner runs
 # eager (stats()["disabled_cause"] "recapture_limit") with one warning naming what changed. A
 # module that changes what its graphs read at every call (a weight re-assigned per call) would
-# otherwise pay a capture per call forever. CUDAGraph Trees cap the same case at 128
-# (cudagraph_unexpected_rerecord_limit, conservatively large); graphed's captures run in the
-# caller's call, so it stops sooner: 8 captures each thrown away before a single replay is no
-# adapter rotation (which replays between switches) and no lazy setup (which settles at once).
-RECAPTURE_LIMIT = 8
+# otherwise pay a capture per call forever. The core counts them, with the graphs it drops for
+# freed externals, and says when a drop would reach the bound (Note [Recaptures in a row],
+# ops/gf_runner.h).
+RECAPTURE_LIMIT = _fastcall.RECAPTURE_LIMIT
 # States of a module remembered (States), least recently used forgotten first.
 _STATES_KEPT = 64
 _ABSENT = ("absent",)  # a record key a state does not have
@@ -143,11 +142,6 @@ class Watch:
         self._call_state = call_state
         self._own_forward = own_forward
         self.baked: BakedState | None = None
-        # The graphs dropped for a change in a row with no replay between (RECAPTURE_LIMIT), and
-        # the runner's hits and captures when the last were dropped.
-        self._drops_in_a_row = 0
-        self._hits_at_drop = -1
-        self._captures_at_drop = -1
         self.states = States()
 
     def arm(self, runner: Any) -> None:
@@ -210,10 +204,16 @@ class Watch:
         replaced = self.baked.tensor_replaced_since(recorded)
         if replaced:
             self.states = States()
-            _fastcall.select_state(runner.runner_id, 0, True)
         selected = None if replaced else self.states.select(recorded, self.baked)
         seen = selected is not None and selected[1]
-        if not seen and self._past_recapture_limit(runner):
+        if selected is None:  # the core counts the drop, and makes it short of RECAPTURE_LIMIT
+            # reset() but for a churn guard that started, which stays: a change is no new traffic.
+            at_limit = _fastcall.reset(runner.runner_id, False)
+            if replaced and not at_limit:  # calls keyed in the first state again, its graphs gone
+                _fastcall.select_state(runner.runner_id, 0, False)
+        else:  # a state new to the graphs counts as a drop too
+            at_limit = _fastcall.select_state(runner.runner_id, selected[0], not seen)
+        if at_limit:
             self.stop()
             runner.disable(
                 f"{', '.join(changed)} changed again before any graph replayed, "
@@ -225,8 +225,6 @@ class Watch:
             return
         what = first_few(changed)
         if selected is None:
-            # reset() but for a churn guard that started, which stays: a change is no new traffic.
-            _fastcall.reset(runner.runner_id, False)
             _log.info(
                 "runner '%s': %s changed since the graphs were captured; they are dropped and "
                 "captured again",
@@ -234,7 +232,6 @@ class Watch:
                 what,
             )
             return
-        _fastcall.select_state(runner.runner_id, selected[0], not seen)
         _log.info(
             "runner '%s': %s changed; %s",
             runner.name,
@@ -244,19 +241,6 @@ class Watch:
             else "the new state is captured on its first call, the graphs of the states before "
             "stay (within max_entries)",
         )
-
-    def _past_recapture_limit(self, runner: Any) -> bool:
-        """Counts one more drop of the graphs; True at RECAPTURE_LIMIT in a row with no replay
-        between (the graphs captured before the first of them counted: at most RECAPTURE_LIMIT
-        captures serve no call)."""
-        stats = runner.stats()
-        hits, captures = stats["hits"], stats["captures"]  # hits: calls served by an older graph
-        if hits != self._hits_at_drop:
-            self._drops_in_a_row = 0
-        if captures != self._captures_at_drop:  # a drop after no capture cost none
-            self._drops_in_a_row += 1
-        self._hits_at_drop, self._captures_at_drop = hits, captures
-        return self._drops_in_a_row >= RECAPTURE_LIMIT
 
     def before_capture(self, module: torch.nn.Module) -> None:
         """Before the capture's forward: the probe or the warm-ups changed what the check sees

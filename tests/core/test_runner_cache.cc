@@ -221,6 +221,36 @@ TEST_F(Runner, ResetDropsGraphsAndRecapturesWithTheProbe) {
   EXPECT_EQ(Stats().graphs, 1u);
 }
 
+// Note [Recaptures in a row] (gf_runner.h): a watch's drops and first-time states, counted in the
+// core, are refused at GF_STALE_LIMIT in a row with no replay between; a replay starts over; a
+// drop after no capture is not counted; a reset (the user's) counts nothing.
+TEST_F(Runner, WatchDropsWithNoReplayBetweenStopAtTheLimit) {
+  Create();
+  Inputs inputs = MakeInputs(1, {3}, 1.0f);
+  for (int drop = 1; drop < GF_STALE_LIMIT; ++drop) {
+    CallExpectingCorrect(inputs); // a capture, thrown away before it replays
+    ASSERT_EQ(gf_runner_drop_graphs(runner_), 0) << "drop " << drop;
+    EXPECT_EQ(Stats().graphs, 0u);
+    EXPECT_EQ(gf_runner_drop_graphs(runner_), 0) << "a drop after no capture is not counted";
+  }
+  CallExpectingCorrect(inputs);
+  EXPECT_EQ(gf_runner_select_state(runner_, 7, 1), 1) << "a state new to the graphs counts too";
+  EXPECT_EQ(Stats().graphs, 1u) << "at the limit nothing is dropped: the caller disables";
+  EXPECT_EQ(gf_runner_select_state(runner_, 0, 0), 0) << "a state seen before is no drop";
+}
+
+TEST_F(Runner, AReplayBetweenWatchDropsStartsTheCountOver) {
+  Create();
+  Inputs inputs = MakeInputs(1, {3}, 1.0f);
+  for (int round = 0; round < 3 * GF_STALE_LIMIT; ++round) {
+    CallExpectingCorrect(inputs);
+    CallExpectingCorrect(inputs); // a replay
+    ASSERT_EQ(gf_runner_select_state(runner_, round + 1, 1), 0) << "round " << round;
+    gf_runner_reset(runner_);
+  }
+  EXPECT_EQ(Stats().enabled, 1);
+}
+
 TEST_F(Runner, DestroyReleasesEveryHandleAndGraph) {
   config_.max_entries = 2;
   Create();
