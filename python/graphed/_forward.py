@@ -74,7 +74,7 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         max_entries: int = 16,
         warmup_iters: int = 2,
         group: Any = None,
-        name: str = "graphed",
+        name: str | None = None,
         enabled: bool = True,
         capture_context: Callable[[], contextlib.AbstractContextManager] | None = None,
         backend: str | None = None,
@@ -108,8 +108,8 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
         _library.load_library()
         _arguments.check_callable(module)
         _arguments.check_reserved(module)
-        # Every parameter but the module, by its name.
-        options = RunnerOptions.of(
+        name = _arguments.default_name(module) if name is None else name  # rows told apart
+        options = RunnerOptions.of(  # every parameter but the module, by its name
             **{key: value for key, value in locals().items() if key not in ("self", "module")}
         )
         self._start(module, options, module)

@@ -250,6 +250,7 @@ class GraphedGeneration:
         self.model = model
         self._model_forward = model.forward
         self._step = _DecodeStep(model, self._model_forward, compiled=compiled)
+        options.setdefault("name", type(model).__name__)  # the model's, not the decode step's
         self.graphed = GraphedForward(self._step, max_entries=max_entries, **options)
         self._max_held = max_entries
         self._held: OrderedDict[int, _Held] = OrderedDict()  # by serial, least recent first

@@ -92,7 +92,8 @@ def test_a_capture_failure_names_the_forward_error(emulated_backend):
     x = torch.randn(2)
     torch.testing.assert_close(gf(x=x), x + 1, rtol=0, atol=0)
     reason = gf.stats()["disabled_reason"]
-    assert "the forward of 'graphed' failed: fails under capture only" in reason, reason
+    # Named by the runner's default name, the function's (graphed._arguments.default_name).
+    assert "fails_under_capture' failed: fails under capture only" in reason, reason
 
 
 class CallsItself(torch.nn.Module):

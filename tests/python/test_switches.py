@@ -104,7 +104,8 @@ def test_graphed_log_info_shows_captures_without_any_logging_setup(backend_choic
         GRAPHED_LOG="info",
     )
     assert child.returncode == 0, child.stderr
-    assert "graphed: runner 'graphed' captured [" in child.stderr, child.stderr
+    # The runner's default name: the function's (a lambda here).
+    assert "graphed: runner 'lambda' captured [" in child.stderr, child.stderr
     quiet = _child(child.args[2])
     assert quiet.returncode == 0 and "captured [" not in quiet.stderr, quiet.stderr
 
