@@ -3,6 +3,9 @@
 - `backend_choice` and `emulated_backend`: fixtures that load the test plugin's emulated CPU
   backend (_backend_choice.py) and yield its name for the `backend=` of the runners a test
   creates; parametrised indirectly with "failing", its captures fail during the test.
+- `fresh_dynamo`: resets Dynamo after a test that compiles (`pytestmark =
+  pytest.mark.usefixtures("fresh_dynamo")`): its caches live on the code objects, so a forward an
+  earlier test compiled with another backend would count against the recompile limit.
 - The repository's bench/ directory on sys.path, so that the GPU tests import the DiT model the
   demo and benchmarks run (bench/dit_model.py) instead of carrying a copy of it; the ranks that
   _ranks.py starts get it on their PYTHONPATH.
@@ -15,6 +18,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+import torch
 from _backend_choice import failing_captures, load_emulated, plugin_missing_reason
 from _ranks import BENCH_DIR
 
@@ -42,3 +46,11 @@ def emulated_backend(request: pytest.FixtureRequest, backend_choice: str) -> Ite
         raise ValueError(f"emulated_backend takes 'capturing' or 'failing', got {mode!r}")
     with failing_captures() if mode == "failing" else contextlib.nullcontext():
         yield backend_choice
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """Resets Dynamo after the test (see the module docstring)."""
+    yield
+    if "torch._dynamo" in sys.modules:
+        torch._dynamo.reset()

@@ -16,12 +16,12 @@ while it still names the model's (graphed._compiled).
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from _compiling import CompilingBackend
 from graphed import GraphedForward, _phases
 
 _PHASE_NAMES = {
@@ -32,13 +32,8 @@ _PHASE_NAMES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    """Each test compiles afresh: Dynamo's caches live on the code objects (a forward compiled by
-    an earlier test with another backend), and its recompile limit counts them."""
-    yield
-    if "torch._dynamo" in sys.modules:
-        torch._dynamo.reset()
+# Each test compiles afresh (conftest.fresh_dynamo).
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 class Mixer(torch.nn.Module):
@@ -113,22 +108,6 @@ def test_gpu_graphed_over_compile_replays_bitwise_equal_to_compiled() -> None:
 # -- the compiler's own work is not the forward's: graphed over compiled code, nothing by hand ---
 
 
-class _CompilingBackend:
-    """A torch.compile backend that records in which of graphed's runs each compile happened (the
-    phase the core runs the forward for) and, with `syncs`, synchronizes as inductor's passes do
-    while they compile (torch's sync-debug warning, which graphed's probe counts)."""
-
-    def __init__(self, syncs: bool = True) -> None:
-        self.syncs = syncs
-        self.phases: list[int] = []
-
-    def __call__(self, graph_module, example_inputs):
-        self.phases.append(int(torch.ops.graphed.forward_phase()))
-        if self.syncs:
-            warnings.warn(f"{_phases._SYNC_WARNING} (as inductor's folding does)", stacklevel=1)
-        return graph_module.forward
-
-
 @torch.compiler.disable
 def _host_read(x: torch.Tensor) -> None:
     """The model's own host synchronization, run eagerly between compiled graphs (a graph
@@ -151,7 +130,7 @@ def test_a_compiled_module_compiles_in_the_probe_and_the_compilers_syncs_are_not
     the compiled module's values for inputs other than the capture's."""
     torch.manual_seed(0)
     model = Mixer().eval()
-    backend = _CompilingBackend()
+    backend = CompilingBackend(syncs=True)
     compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
     runner = GraphedForward(compiled, device="cpu", backend=emulated_backend, regions=False)
     scale = torch.tensor(0.5)
@@ -169,7 +148,7 @@ def test_a_compiled_module_compiles_in_the_probe_and_the_compilers_syncs_are_not
 
 
 def test_a_true_sync_in_a_compiled_models_own_code_is_still_found_and_named(emulated_backend):
-    backend = _CompilingBackend()
+    backend = CompilingBackend(syncs=True)
     compiled = torch.compile(_ReadsOnTheHost().eval(), backend=backend, dynamic=False)
     runner = GraphedForward(compiled, device="cpu", backend=emulated_backend, regions=False)
     with torch.no_grad(), warnings.catch_warnings():
@@ -297,7 +276,7 @@ def test_regions_of_blocks_compiled_in_place_graph_the_compiled_call(emulated_ba
 
     torch.manual_seed(0)
     model = _TwoBlocks().eval()
-    backend = _CompilingBackend(syncs=False)
+    backend = CompilingBackend()
     for block in (model.first, model.second):
         block.compile(backend=backend, dynamic=False)
     compiled_calls = [vars(block)["_compiled_call_impl"] for block in (model.first, model.second)]

@@ -30,6 +30,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 tokenizers = pytest.importorskip("tokenizers", reason="tokenizers is not installed")
 
 import graphed  # noqa: E402
+from _compiling import CompilingBackend  # noqa: E402
 from graphed import GraphedForward  # noqa: E402
 
 _WORDS = ["<pad>", "</s>", "<unk>", "a", "hammer", "hitting", "wooden", "surface", "photo", "of"]
@@ -367,18 +368,6 @@ def test_progress_bar_and_step_callbacks(
     assert _counts(runner) == (1, 3, 0)
 
 
-class _CountingBackend:
-    """Dynamo's traced graph run as traced (cheap on a 2-core machine), each compile counted with
-    the phase graphed ran the forward for."""
-
-    def __init__(self) -> None:
-        self.phases: list[int] = []
-
-    def __call__(self, graph_module, example_inputs):
-        self.phases.append(int(torch.ops.graphed.forward_phase()))
-        return graph_module.forward
-
-
 def test_graph_pipeline_with_compile_compiles_the_repeated_blocks_inside_the_first_step(
     emulated_backend: str,
 ) -> None:
@@ -389,7 +378,7 @@ def test_graph_pipeline_with_compile_compiles_the_repeated_blocks_inside_the_fir
 
     pipe, call = _build("flux")
     eager_one, eager_three = _run(pipe, call, steps=1), _run(pipe, call, steps=3)
-    backend = _CountingBackend()
+    backend = CompilingBackend()
     runners = graphed.graph_pipeline(pipe, backend=emulated_backend, compile={"backend": backend})
     try:
         assert torch.equal(_run(pipe, call, steps=1), eager_one)

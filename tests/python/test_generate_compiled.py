@@ -14,7 +14,6 @@ token of graphed-with-compile with the same compiled step run without graphs.
 
 from __future__ import annotations
 
-import sys
 import warnings
 
 import pytest
@@ -25,6 +24,7 @@ transformers = pytest.importorskip(
 )
 
 import graphed  # noqa: E402
+from _compiling import CompilingBackend  # noqa: E402
 from graphed import _phases  # noqa: E402
 from test_generate import (  # noqa: E402
     BATCH,
@@ -41,28 +41,8 @@ from test_generate import (  # noqa: E402
 ALL_FAMILIES = {**FAMILIES, **WINDOWED_AND_LINEAR}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    """Each test compiles afresh: Dynamo's caches live on the code objects (a forward compiled by
-    an earlier test with another backend), and its recompile limit counts them."""
-    yield
-    if "torch._dynamo" in sys.modules:
-        torch._dynamo.reset()
-
-
-class _CountingBackend:
-    """Dynamo's traced graph run as traced, each compile counted with the phase graphed ran the
-    forward for (0 when no runner was running one)."""
-
-    def __init__(self, refuse: bool = False) -> None:
-        self.refuse = refuse
-        self.phases: list[int] = []
-
-    def __call__(self, graph_module, example_inputs):
-        self.phases.append(int(torch.ops.graphed.forward_phase()))
-        if self.refuse:
-            raise NotImplementedError("planted: this backend compiles nothing")
-        return graph_module.forward
+# Each test compiles afresh (conftest.fresh_dynamo).
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _requests(model) -> list[dict]:
@@ -86,7 +66,7 @@ def test_compiled_decode_steps_give_eagers_tokens_and_compile_once_per_regime(
         _generate(model, p, PAST_THE_WINDOW, cache_implementation="static", disable_compile=True)
         for p in prompts
     ]
-    backend = _CountingBackend()
+    backend = CompilingBackend()
     generation = graphed.graph_generation(
         model, device="cpu", backend=emulated_backend, enabled=False, compile={"backend": backend}
     )
@@ -105,7 +85,7 @@ def test_the_first_compiled_decode_step_compiles_in_the_probe_and_the_runner_cap
     emulated_backend, family
 ):
     model = _build(ALL_FAMILIES[family], "cpu")
-    backend = _CountingBackend()
+    backend = CompilingBackend()
     generation = graphed.graph_generation(
         model, device="cpu", backend=emulated_backend, compile={"backend": backend}
     )
@@ -131,7 +111,10 @@ def test_a_decode_step_the_compiler_refuses_runs_graphed_without_compile_said_on
         _generate(model, p, 2, cache_implementation="static", disable_compile=True) for p in prompts
     ]
     generation = graphed.graph_generation(
-        model, device="cpu", backend=emulated_backend, compile={"backend": _CountingBackend(True)}
+        model,
+        device="cpu",
+        backend=emulated_backend,
+        compile={"backend": CompilingBackend(refuse=True)},
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
