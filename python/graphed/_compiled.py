@@ -19,13 +19,11 @@ compiles in its first warm-up and never under a capture.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 __all__ = [
-    "compile_forward",
     "frames_compiled",
     "compile_options",
     "compiler_refusal",
@@ -141,8 +139,3 @@ def compile_options(compile: bool | dict) -> dict | None:
             'mode out (inductor\'s default) or pass "max-autotune-no-cudagraphs"'
         )
     return options
-
-
-def compile_forward(forward: Callable[..., Any], options: dict) -> Callable[..., Any]:
-    """`forward` compiled with `options` (compile_options')."""
-    return torch.compile(forward, **options)

@@ -56,7 +56,7 @@ from typing import Any
 import torch
 
 from ._cache_layers import NOT_ALLOCATED, CacheLayers, full_windows, set_lengths
-from ._compiled import compile_forward, compile_options, compiler_refusal
+from ._compiled import compile_options, compiler_refusal
 from ._forward import GraphedForward
 from ._inventory import user_frame
 from ._observe import graphs_unavailable
@@ -162,7 +162,7 @@ class _DecodeStep(torch.nn.Module):
         self._model_forward = forward
         # graph_generation(compile=True): the forward compiled (graphed._compiled), until the
         # compiler refuses it (then the plain forward, said once with the compiler's reason).
-        self._compiled_forward = compile_forward(forward, compiled) if compiled else None
+        self._compiled_forward = torch.compile(forward, **compiled) if compiled else None
         self.compile_refused: str | None = None
         # The sliding windows' Python length each compiled regime (how many windows are full)
         # was compiled with: see forward.

@@ -205,7 +205,7 @@ def _count_or_show(message, category, filename, lineno, file=None, line=None):
         if compiler_running():
             # torch.compile's own work (inductor's constant folding, its kernel benchmarks) while
             # it compiles a frame the forward reached: not the compiled code a graph replays.
-            _local.compiler_syncs = getattr(_local, "compiler_syncs", 0) + 1
+            _local.compiler_synced = True
             return
         # An operator graphed's InventoryMode called for the forward: the forward's own line.
         own = str(filename).startswith(_PACKAGE_DIR)
@@ -254,19 +254,17 @@ def _counting_syncs() -> Iterator[list[str]]:
     hide a synchronization from the probe; the capture then fails on it instead, which disables
     the runner all the same (and, with a group, on every rank)."""
     outer = getattr(_local, "syncs_found", None)
-    outer_compiler = getattr(_local, "compiler_syncs", 0)
+    outer_compiler = getattr(_local, "compiler_synced", False)
     found: list[str] = []
     _local.syncs_found = found
-    _local.compiler_syncs = 0
+    _local.compiler_synced = False  # whether the compiler synchronized (it compiled) meanwhile
     _install_hook()
     try:
         yield found
     finally:
         _remove_hook()
         _local.syncs_found = outer
-        # Whether the compiler synchronized in this probe (it compiled there), for the caller.
-        _local.compiler_syncs_seen = _local.compiler_syncs > 0
-        _local.compiler_syncs = outer_compiler
+        _local.compiler_synced = outer_compiler
 
 
 def _probe_verdict(found: list[str]) -> None:
@@ -353,7 +351,7 @@ class ForwardRuns:
             if phase == PHASE_PROBE:
                 with _counting_syncs() as found, mode:
                     yield
-                self.compiled = self.compiled or _local.compiler_syncs_seen
+                    self.compiled = self.compiled or _local.compiler_synced
                 _probe_verdict(found)
             else:
                 with mode:
