@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from timing import throughput_us  # noqa: E402
 
 TARGET = 0.95
 ROUNDS, CALLS = 5, 20
@@ -60,23 +60,16 @@ def _inputs() -> dict:
 
 
 def _first_calls(call, inputs: dict, calls: int) -> float:
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(calls):
-        call(**inputs)
-    torch.cuda.synchronize()
-    return time.perf_counter() - started
+    """Seconds the first `calls` calls took (the compile, the recording or the capture)."""
+    return throughput_us(lambda: call(**inputs), torch.cuda.synchronize, calls=calls) * calls / 1e6
 
 
 def _ms_a_forward(call, inputs: dict) -> float:
-    rounds = []
-    for _ in range(ROUNDS):
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        for _ in range(CALLS):
-            call(**inputs)
-        torch.cuda.synchronize()
-        rounds.append((time.perf_counter() - started) * 1e3 / CALLS)
+    """The median over ROUNDS rounds of CALLS back-to-back forwards, ms a forward."""
+    rounds = [
+        throughput_us(lambda: call(**inputs), torch.cuda.synchronize, calls=CALLS) / 1e3
+        for _ in range(ROUNDS)
+    ]
     return statistics.median(rounds)
 
 
