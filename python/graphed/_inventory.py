@@ -253,7 +253,7 @@ class InventoryMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if torch.compiler.is_compiling():  # traced by torch.compile: the mode compiles to nothing
-            return func(*args, **kwargs)
+            return _compiled_call(func, args, kwargs)
         _calling.func = func  # what a synchronization met inside this call is named by
         handler = _HANDLERS.get(func) if self.stages else None
         result = handler(self, func, args, kwargs) if handler is not None else None
@@ -288,6 +288,22 @@ class InventoryMode(TorchFunctionMode):
 
     def to_device(self, host: torch.Tensor, device: Any, dtype: Any = None) -> torch.Tensor:
         return self.stage(host).to(device=device, dtype=dtype, non_blocking=True)
+
+
+def _compiled_call(func, args: tuple, kwargs: dict) -> Any:
+    """func called as torch.compile traces it inside the mode: a Tensor method written in Python
+    (Tensor.unflatten, which calls super()) as the method, since torch 2.11's Dynamo cannot inline
+    the function itself ("Attempted to call a super() attribute that is not a function or
+    method"); everything else as it is."""
+    name = getattr(func, "__name__", None)
+    if (
+        args
+        and isinstance(args[0], torch.Tensor)
+        and name
+        and getattr(torch.Tensor, name, None) is func
+    ):
+        return getattr(args[0], name)(*args[1:], **kwargs)
+    return func(*args, **kwargs)
 
 
 def _to(mode: InventoryMode, func, args: tuple, kwargs: dict) -> Any:
