@@ -51,6 +51,7 @@
 #include "gf_churn.h"
 #include "gf_fastcall_torch.h"
 #include "gf_host.h"
+#include "gf_inventory_reads.h"
 #include "gf_model_hooks.h"
 #include "gf_runner.h"
 #include "gf_sync_warning.h"
@@ -485,8 +486,8 @@ PyMODINIT_FUNC PyInit__graphed_fastcall(void) {
   gf_changed = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   gf_run_eager = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   if (gf_walker_module_init(module) != 0 || gf_verify_compare_init(module) != 0 ||
-      gf_verify_sampled_init(module) != 0 || gf_reentered == NULL || gf_changed == NULL ||
-      gf_run_eager == NULL || gf_baked_init() != 0 ||
+      gf_verify_sampled_init(module) != 0 || gf_inventory_reads_init(module) != 0 ||
+      gf_reentered == NULL || gf_changed == NULL || gf_run_eager == NULL || gf_baked_init() != 0 ||
       PyModule_AddObjectRef(module, "CHANGED", gf_changed) != 0 ||
       PyModule_AddObjectRef(module, "RUN_EAGER", gf_run_eager) != 0 ||
       PyModule_AddObjectRef(module, "REENTERED", gf_reentered) != 0 ||

@@ -26,6 +26,7 @@
 #include <exception>
 #include <new>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -85,6 +86,27 @@ const void *data_address_of(const c10::TensorImpl *impl) {
 }
 
 } // namespace
+
+extern "C" const void *gf_fastcall_torch_storage_on(PyObject *obj, int device_type) {
+  try {
+    const c10::TensorImpl *impl = THPVariable_Unpack(obj).unsafeGetTensorImpl();
+    if ((device_type >= 0 && static_cast<int>(impl->device_type()) != device_type) ||
+        !impl->has_storage()) {
+      return nullptr;
+    }
+    return impl->unsafe_storage().unsafeGetStorageImpl();
+  } catch (...) {
+    return nullptr; // a tensor whose storage torch will not give: no storage to sort it by
+  }
+}
+
+extern "C" int gf_fastcall_torch_device_type(const char *name) {
+  try {
+    return static_cast<int>(c10::Device(std::string(name)).type());
+  } catch (...) {
+    return -1;
+  }
+}
 
 extern "C" void gf_fastcall_torch_watch_tensor(PyObject *obj, gf_watched_tensor *out) {
   const c10::TensorImpl *impl = THPVariable_Unpack(obj).unsafeGetTensorImpl();

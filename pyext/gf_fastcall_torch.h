@@ -45,6 +45,14 @@ enum {
  * C++ exception out: anything torch throws is GF_DESCRIBE_UNSUPPORTED. */
 int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const char **why);
 
+/* The StorageImpl of `obj` (a tensor: gf_fastcall_torch_is_tensor), the key the capture's
+ * inventory sorts storages by (what Python's `tensor.untyped_storage()._cdata` says), when the
+ * tensor is on a device of type `device_type` (a c10::DeviceType; -1: any) and has a storage;
+ * NULL otherwise. Never throws. */
+const void *gf_fastcall_torch_storage_on(PyObject *obj, int device_type);
+/* The c10::DeviceType of a device type's name ("cuda", "xpu", "cpu"), or -1 for none. */
+int gf_fastcall_torch_device_type(const char *name);
+
 /* A watched tensor (pyext/gf_baked.h) as its check reads it: its TensorImpl, the StorageImpl it
  * held, that storage's data and the tensor's offset in it when armed. storage is NULL for a
  * tensor whose offset torch will not say (symbolic sizes): it is watched by its dicts alone. */

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import operator
 import os
 import sys
 import threading
@@ -48,6 +47,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
+from ._native import _graphed_fastcall as _fastcall
 from ._observe import first_few
 
 _log = logging.getLogger("graphed")
@@ -176,8 +176,7 @@ class _Reads:
 
     def __init__(self, device_type: str, known: set[int]) -> None:
         self.device_type = device_type
-        # tensor.is_cuda (or is_cpu, is_xpu): a fifth of what tensor.device.type costs a call.
-        self.on_device = operator.attrgetter(f"is_{device_type}")
+        self.device_code = _fastcall.device_type_code(device_type)
         self.known = known
         self.made: set[int] = set()
         self.candidates: dict[int, tuple[StorageWeakRef, weakref.ref, str]] = {}
@@ -193,38 +192,16 @@ class _Reads:
         return found
 
     def note(self, args: tuple, kwargs: dict, result: Any) -> None:
-        """One torch call of the capture: what it read, and what it made."""
-        for value in args:
-            self._read(value)
-        if kwargs:
-            for value in kwargs.values():
-                self._read(value)
-        if isinstance(result, torch.Tensor):
-            self._made(result)
-        elif isinstance(result, (list, tuple)):
-            for value in result:
-                if isinstance(value, torch.Tensor):
-                    self._made(value)
+        """One torch call of the capture: what it read, and what it made (the walk over its
+        tensors is the extension's, pyext/gf_inventory_reads.c; a new candidate is named here)."""
+        found = _fastcall.note_reads(
+            self.device_code, self.known, self.made, self.candidates, args, kwargs, result
+        )
+        if found is not None:
+            for key, value in found:
+                self._candidate(key, value)
 
-    def _made(self, tensor: torch.Tensor) -> None:
-        if self.on_device(tensor):
-            key = tensor.untyped_storage()._cdata
-            if key not in self.known and key not in self.candidates:
-                self.made.add(key)
-
-    def _read(self, value: Any) -> None:
-        if not isinstance(value, torch.Tensor):
-            if isinstance(value, (list, tuple)):
-                for item in value:
-                    if isinstance(item, torch.Tensor):
-                        self._read(item)
-            return
-        if not self.on_device(value):
-            return
-        storage = value.untyped_storage()
-        key = storage._cdata
-        if key in self.known or key in self.made or key in self.candidates:
-            return
+    def _candidate(self, key: int, value: torch.Tensor) -> None:
         where, frame = _where()
         name = next(
             (f"global {n}" for n, v in (frame.f_globals if frame else {}).items() if v is value),
@@ -233,7 +210,7 @@ class _Reads:
         what = f"{name} ({_describe(value)})" if name else f"a {_describe(value)} tensor"
         holder = value if value._base is None else value._base
         self.candidates[key] = (
-            StorageWeakRef(storage),
+            StorageWeakRef(value.untyped_storage()),
             weakref.ref(holder),
             f"{what} read at {where}",
         )
@@ -474,8 +451,8 @@ class Inventory:
 
 
 def storages(tensors: Any) -> set[int]:
-    """The storages of `tensors` (an iterable), as _Reads keys them."""
-    return {t.untyped_storage()._cdata for t in tensors if isinstance(t, torch.Tensor)}
+    """The storages of the tensors of an iterable, as _Reads keys them."""
+    return _fastcall.storage_keys(tensors)
 
 
 def inventory(graphed_forward: Any) -> list[dict]:
