@@ -81,7 +81,7 @@ typedef struct gf_forward_report {
    * output nor a keep_alive tensor holds (a tensor read from a global or a plain object, a host
    * constant staged for the capture), or NULL: nothing to watch. A capture that succeeds moves it
    * into its entry (gf_entry.inventory); the core releases it with release_inventory otherwise.
-   * Before each replay the core asks inventory_stale whether the graph would read memory that was
+   * Before each replay the core asks externals_freed whether the graph would read memory that was
    * freed since (Note [A graph's externals], gf_runner.c). */
   void *inventory;
   size_t externals; /* with inventory: how many tensors it watches */
@@ -116,7 +116,7 @@ typedef struct gf_host {
    * says the graph would read freed memory, with *which naming it (valid until the inventory is
    * released), else 0. Called before every replay of an entry that has one: it must cost no more
    * than a load or two per tensor the inventory watches. */
-  int (*inventory_stale)(void *context, void *inventory, const char **which);
+  int (*externals_freed)(void *context, void *inventory, const char **which);
   void (*release_inventory)(void *context, void *inventory);
   /* Optional: told of captures, evictions, churn and the disable (see gf_event). */
   void (*notify)(void *context, const gf_event *event);

@@ -359,8 +359,8 @@ static gf_entry *gf_runner_lookup_live(gf_runner *runner, int *dropped) {
   gf_entry *entry = gf_cache_lookup(&runner->cache, &runner->scratch_signature);
   const char *which = NULL;
   *dropped = 0;
-  if (entry == NULL || entry->inventory == NULL || runner->host.inventory_stale == NULL ||
-      !runner->host.inventory_stale(runner->host.context, entry->inventory, &which)) {
+  if (entry == NULL || entry->inventory == NULL || runner->host.externals_freed == NULL ||
+      !runner->host.externals_freed(runner->host.context, entry->inventory, &which)) {
     if (entry != NULL) {
       runner->stale_in_a_row = 0; /* a replay between drops */
     }

@@ -117,7 +117,7 @@ gf_status call_runner(RunnerSlot &slot, const void *key, size_t key_length, gf_t
     }
     // Only a runner that may replay stages: a disabled one runs the forward eagerly, which gets
     // the CPU tensors, as without graphed.
-    if (slot.stages_cpu_inputs && gf_runner_disabled_reason(slot.runner)[0] == '\0') {
+    if (slot.stages_cpu_inputs && gf_runner_disabled_cause(slot.runner) == GF_CAUSE_NONE) {
       stage_cpu_inputs(slot, inputs, input_count, staged);
     }
     party.locked();

@@ -268,8 +268,8 @@ void host_release_user(void *, void *user) {
   }
 }
 
-int host_inventory_stale(void *, void *inventory, const char **which) {
-  return inventory_stale(*static_cast<const CaptureInventory *>(inventory), which);
+int host_externals_freed(void *, void *inventory, const char **which) {
+  return externals_freed(*static_cast<const CaptureInventory *>(inventory), which);
 }
 
 void host_release_inventory(void *, void *inventory) {
@@ -326,7 +326,7 @@ gf_host make_torch_host(HostContext *context) {
   host.agree = context->agrees() ? host_agree : nullptr; // no group: no agreement
   host.release = host_release;
   host.release_user = host_release_user;
-  host.inventory_stale = host_inventory_stale;
+  host.externals_freed = host_externals_freed;
   host.release_inventory = host_release_inventory;
   host.warn = host_warn;
   host.notify = host_notify;

@@ -4,7 +4,7 @@
 
 namespace graphed {
 
-int inventory_stale(const CaptureInventory &inventory, const char **which) noexcept {
+int externals_freed(const CaptureInventory &inventory, const char **which) noexcept {
   for (const CaptureInventory::External &external : inventory.externals) {
     // A StorageImpl whose last strong reference went stays allocated while weak ones remain, its
     // data released: reading its data pointer then is safe, and says nullptr.

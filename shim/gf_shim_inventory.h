@@ -23,6 +23,6 @@ struct CaptureInventory {
 
 // 1 when an external was freed or its storage moved since the capture (its data elsewhere), with
 // *which naming it (valid as long as the inventory); 0 otherwise. Two loads per external.
-int inventory_stale(const CaptureInventory &inventory, const char **which) noexcept;
+int externals_freed(const CaptureInventory &inventory, const char **which) noexcept;
 
 } // namespace graphed
