@@ -209,6 +209,8 @@ TEST_F(Runner, FailedRunnerCreateHookDisables) {
   gf_fake_backend_fail(&backend_, GF_FAKE_HOOK_RUNNER_CREATE, 0, "no stream available");
   Create();
   EXPECT_EQ(Reason(), "no stream available");
+  EXPECT_EQ(gf_runner_disabled_cause(runner_), GF_CAUSE_BACKEND);
+  EXPECT_STREQ(gf_disable_cause_name(gf_runner_disabled_cause(runner_)), "backend");
   Inputs inputs = MakeInputs(1, {3}, 1.0f);
   CallExpectingCorrect(inputs);
   ExpectEagerOnly(Log());

@@ -241,6 +241,8 @@ TEST_F(Runner, LaunchFailingOnALaterReplayDisables) {
   CallExpectingCorrect(next);
   EXPECT_EQ(Log(), (Events{"copy_batch(2)", "launch", "release_graph", "forward"}));
   EXPECT_EQ(Reason(), "replay failed: device lost");
+  EXPECT_EQ(gf_runner_disabled_cause(runner_), GF_CAUSE_REPLAY_FAILED);
+  EXPECT_STREQ(gf_disable_cause_name(gf_runner_disabled_cause(runner_)), "replay_failed");
   EXPECT_EQ(Stats().replays, 1u);
   EXPECT_EQ(Stats().eager_calls, 1u);
   EXPECT_EQ(Stats().graphs, 0u);

@@ -84,6 +84,8 @@ def _rank(rank: int, store: str, mode: str) -> None:
         stats = gf.stats()
         if stats["enabled"] or stats["graphs"] != 0:
             raise SystemExit(f"rank {rank}: the runner kept its graphs past its group: {stats}")
+        if stats["disabled_cause"] != "group_released":
+            raise SystemExit(f"rank {rank}: disabled for another cause than its group: {stats}")
         x = torch.randn(4, 8)
         with torch.no_grad():
             if not torch.equal(gf(input=x), module(x)):  # eager now, and still right
