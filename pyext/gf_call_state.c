@@ -153,7 +153,7 @@ static PyObject *gf_call_state_phase(gf_call_state *state, void *unused) {
   return PyLong_FromLong(gf_fastcall_torch_phase(state->runner_call));
 }
 
-/* verdicts_pending: how many sampled calls' verdicts the fast entry's queue holds unread. */
+/* verdicts_pending: how many sampled calls' verdicts the queue holds unread. */
 static PyObject *gf_call_state_verdicts_pending(gf_call_state *state, void *unused) {
   (void)unused;
   return PyLong_FromLong(gf_verify_queue_pending(state->verify_queue));
@@ -165,8 +165,7 @@ static PyGetSetDef gf_call_state_getset[] = {
      "PHASE_WARMUP or PHASE_CAPTURE (PHASE_EAGER outside a call)",
      NULL},
     {"verdicts_pending", (getter)gf_call_state_verdicts_pending, NULL,
-     "how many sampled calls' verdicts the fast entry's queue holds unread (verify_natively)",
-     NULL},
+     "how many sampled calls' verdicts the queue holds unread (verify)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -197,54 +196,41 @@ static PyObject *gf_call_state_watch(gf_call_state *state, PyObject *const *args
   Py_RETURN_NONE;
 }
 
-/* verify(first, every, pending): the calls of each graph both entries return as SampledCall from
- * now on (see gf_sampled_if_due), every call a graph serves while `pending` (a sampled call's
- * comparison not read yet); verify(0, 0, False) none. */
+/* verify(runner_id, first, every, forward, compare, host, scratch, bitwise, defer): each graph's
+ * first `first` calls and then one in `every` compared with eager from now on, by the queue of
+ * gf_verify_sampled.h (the arming's fields, in its order); verify(None) none, the verdicts
+ * pending dropped. */
 static PyObject *gf_call_state_verify(gf_call_state *state, PyObject *const *args,
                                       Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "CallState.verify(first: int, every: int, pending: bool)");
-    return NULL;
-  }
-  const unsigned long long first = PyLong_AsUnsignedLongLong(args[0]);
-  if (first == (unsigned long long)-1 && PyErr_Occurred()) {
-    return NULL;
-  }
-  const unsigned long long every = PyLong_AsUnsignedLongLong(args[1]);
-  if (every == (unsigned long long)-1 && PyErr_Occurred()) {
-    return NULL;
-  }
-  const int pending = PyObject_IsTrue(args[2]);
-  if (pending < 0) {
-    return NULL;
-  }
-  state->verify_first = first;
-  state->verify_every = every;
-  state->verify_pending = pending;
-  Py_RETURN_NONE;
-}
-
-/* verify_natively(runner_id, forward, host, scratch): the fast entry makes the sampled calls after
- * the first verify_first itself (gf_verify_sampled.h); verify_natively(None) stops that, dropping
- * the verdicts pending. */
-static PyObject *gf_call_state_verify_natively(gf_call_state *state, PyObject *const *args,
-                                               Py_ssize_t nargs) {
   gf_verify_queue *queue = NULL;
-  if (nargs == 4) {
+  unsigned long long first = 0;
+  unsigned long long every = 0;
+  if (nargs == 9) {
     const long long runner_id = PyLong_AsLongLong(args[0]);
     if (runner_id == -1 && PyErr_Occurred()) {
       return NULL;
     }
-    queue = gf_verify_queue_arm((int64_t)runner_id, args[1], args[2], args[3]);
+    first = PyLong_AsUnsignedLongLong(args[1]);
+    every = PyErr_Occurred() ? 0 : PyLong_AsUnsignedLongLong(args[2]);
+    const int bitwise = PyErr_Occurred() ? -1 : PyObject_IsTrue(args[7]);
+    const int defer = bitwise < 0 ? -1 : PyObject_IsTrue(args[8]);
+    if (defer < 0) {
+      return NULL;
+    }
+    const gf_verify_arming arming = {
+        (int64_t)runner_id, args[3], args[4], args[5], args[6], bitwise, defer};
+    queue = gf_verify_queue_arm(&arming);
     if (queue == NULL) {
       return NULL;
     }
   } else if (nargs != 1 || args[0] != Py_None) {
-    PyErr_SetString(PyExc_TypeError,
-                    "CallState.verify_natively(runner_id, forward, host, scratch) or (None)");
+    PyErr_SetString(PyExc_TypeError, "CallState.verify(runner_id, first, every, forward, "
+                                     "compare, host, scratch, bitwise, defer) or (None)");
     return NULL;
   }
   gf_verify_queue *previous = state->verify_queue;
+  state->verify_first = first;
+  state->verify_every = every;
   state->verify_queue = queue;
   gf_verify_queue_free(previous);
   Py_RETURN_NONE;
@@ -278,13 +264,9 @@ static PyMethodDef gf_call_state_methods[] = {
      "CHANGED when a dict was mutated, a list's or set's items changed or a tensor's data moved"},
     {"unwatch", (PyCFunction)gf_call_state_unwatch, METH_NOARGS, "unwatch(): no check"},
     {"verify", (PyCFunction)(void (*)(void))gf_call_state_verify, METH_FASTCALL,
-     "verify(first, every, pending): each graph's first `first` calls and then one in `every` "
-     "(every call while `pending`) are "
-     "returned as SampledCall(result, served), for verify mode to compare with eager"},
-    {"verify_natively", (PyCFunction)(void (*)(void))gf_call_state_verify_natively, METH_FASTCALL,
-     "verify_natively(runner_id, forward, host, scratch) or (None): the fast entry runs the "
-     "sampled calls after the first `first` eagerly and queues their comparison itself, "
-     "handing up only what it cannot compare or a verdict that differed"},
+     "verify(runner_id, first, every, forward, compare, host, scratch, bitwise, defer) or (None): "
+     "each graph's first `first` calls and then one in `every` compared with eager by the "
+     "extension's queue; a difference comes back as Differed"},
     {"watch_fired", (PyCFunction)gf_call_state_watch_fired, METH_NOARGS,
      "watch_fired() -> bool: whether the next call would return CHANGED"},
     {"watch_changes", (PyCFunction)gf_call_state_watch_changes, METH_NOARGS,

@@ -31,15 +31,13 @@ extern "C" {
  *   runner_call  the runner's RunnerCall while a call is in flight (NULL outside one): what
  *              CallState.phase reads.
  *   served     written by CallInFlight::settle: how many calls the serving entry has served, that
- *              one included (0 when it ran eager); both entries read it after the call to decide
- *              whether it is one verify mode compares with eager (graphed._verify).
+ *              one included (0 when it ran eager); both entries hand it to the verify queue after
+ *              the call, which decides whether it is one verify mode compares with eager.
  * Set once or by their own methods, outside the lock's protocol:
- *   verify_first, verify_every, verify_pending  set by CallState.verify (graphed._verify): the
- *              calls of each graph compared with eager, the first N and then one in K (0: none),
- *              and every call while a sampled call's comparison on the device is still to read.
- *   verify_queue  set by CallState.verify_natively (graphed._verify): the sampled calls the fast
- *              entry makes in C (the eager run, the batched comparison, the verdicts pending on
- *              the device; pyext/gf_verify_sampled.h), or NULL.
+ *   verify_first, verify_every, verify_queue  set by CallState.verify (graphed._verify): the
+ *              calls of each graph compared with eager, the first N and then one in K (0: none;
+ *              gf_call_state_due, the one due rule), and the queue that makes those comparisons
+ *              and holds their verdicts for both entries (pyext/gf_verify_sampled.h), or NULL.
  *   rebuild    callable(template, outputs), given to the constructor.
  *   last_key   bytes, the key of the latest fast-path call (NULL before one), reused by the next
  *              call whose walk gives the same bytes (gf_fastcall.c).
@@ -102,12 +100,11 @@ typedef struct gf_call_state {
   unsigned long long served;
   unsigned long long verify_first;
   unsigned long long verify_every;
-  int verify_pending;
   struct gf_baked *baked;
   int run_error;      /* a gf_forward_error */
   int run_kept_state; /* 1: the run now in flight changed no state besides its inputs and outputs */
   PyObject *run_inventory; /* NULL, or (externals, names, staged) the capture now running read */
-  struct gf_verify_queue *verify_queue; /* sampled calls made in C (gf_verify_sampled.h), or NULL */
+  struct gf_verify_queue *verify_queue; /* verify mode's queue (gf_verify_sampled.h), or NULL */
 } gf_call_state;
 
 /* 1 when call `served` of a graph (served > 0) is one verify mode compares with eager: within the

@@ -71,7 +71,7 @@ static gf_walk gf_scratch;
 static int gf_calls_in_flight;
 static PyObject *gf_reentered; /* returned for a call from inside its own forward */
 static PyObject *gf_changed;   /* returned when the state's watch fired (see gf_baked.h) */
-static PyObject *gf_run_eager; /* returned for a new key the core holds back (GF_RUN_EAGER) */
+PyObject *gf_run_eager;        /* returned for a new key the core holds back (GF_RUN_EAGER) */
 /* The calls in flight on this thread, innermost first. A call of a CallState already in flight
  * here comes from inside that call's own forward (the forward calls its GraphedForward again):
  * both entries return REENTERED, and the Python layer runs the module eagerly, as the forward
@@ -143,29 +143,11 @@ static gf_status gf_fast_call_runner(gf_walk *walk, int64_t runner_id, gf_call_i
 }
 
 /* Ends either entry: raises for a failed status (the forward's own exception when it recorded
- * one, with its type and traceback), else rebuilds the output from the call's template; releases
- * the call's references and the outputs either way. */
-/* A call verify mode compares with eager (graphed._verify): one a graph served (served > 0, the
- * capturing call included) within the first verify_first of that graph, or one in verify_every
- * after them, or any while a verdict is pending; returned as SampledCall(result, served), and every
- * other call as its result, so that a call not sampled costs the caller one type test. Where the
- * state makes sampled calls in C and `native_served` is given (the fast entry), the result comes
- * back as it is and *native_served says the call's count, for gf_verify_sampled. Steals
- * `rebuilt`. */
-static PyObject *gf_sampled_if_due(const gf_call_state *state, unsigned long long served,
-                                   PyObject *rebuilt, unsigned long long *native_served) {
-  if (native_served != NULL && state->verify_queue != NULL) {
-    *native_served = served;
-    return rebuilt;
-  }
-  if (served == 0 || (!state->verify_pending && !gf_call_state_due(state, served))) {
-    return rebuilt;
-  }
-  return gf_sampled_call_new(rebuilt, served, NULL, NULL);
-}
-
+ * one, with its type and traceback), else rebuilds the output from the call's template, *served
+ * the count of calls of the graph that served it (0: eager); releases the call's references and
+ * the outputs either way. */
 static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_in_flight *call,
-                                PyObject *outputs, unsigned long long *native_served) {
+                                PyObject *outputs, unsigned long long *served) {
   PyObject *rebuilt = NULL;
   if (status == GF_RUN_EAGER) {
     rebuilt = Py_NewRef(gf_run_eager);
@@ -178,9 +160,7 @@ static PyObject *gf_finish_call(gf_status status, const gf_error *err, gf_call_i
     gf_fastcall_torch_raise(status, err);
   } else {
     rebuilt = gf_outputs_of_call(call->state, call->output_template, outputs);
-    if (rebuilt != NULL) {
-      rebuilt = gf_sampled_if_due(call->state, call->served, rebuilt, native_served);
-    }
+    *served = call->served; /* for the verify queue (gf_verify_sampled.h) */
   }
   Py_XDECREF(outputs);
   Py_XDECREF(call->error);
@@ -220,7 +200,7 @@ static PyObject *gf_key_of_walk(gf_call_state *state, const gf_walk *walk) {
 static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_state *state,
                                      PyObject *kwargs, PyObject *variant, PyObject *keep_alive,
                                      PyObject *held, int pin, int static_outputs,
-                                     unsigned long long *native_served) {
+                                     unsigned long long *served) {
   gf_walk_result result = gf_walk_kwargs(walk, kwargs, variant);
   if (result == GF_WALK_ERROR) {
     return NULL;
@@ -243,7 +223,7 @@ static PyObject *gf_fast_call_walked(gf_walk *walk, int64_t runner_id, gf_call_s
     gf_name_input(runner_id, kwargs, walk->objects[err.input_number - 1], &err);
   }
   gf_walk_release(walk); /* the inputs' references, held for the whole call */
-  return gf_finish_call(status, &err, &call, outputs, native_served);
+  return gf_finish_call(status, &err, &call, outputs, served);
 }
 
 /* The options both entries share; 0, or -1 with a Python error. */
@@ -273,7 +253,9 @@ static int gf_parse_options(PyObject *runner, PyObject *pin_flag, PyObject *stat
  *      caller runs it through its one eager route (graphed._eager, HELD_BACK);
  *    - REENTERED: the call comes from inside this runner's own forward on this thread; the caller
  *      runs it eagerly (graphed._eager, REENTERED);
- *    - SampledCall(result, served): a call verify mode compares with eager (graphed._verify).
+ *    - Differed: a call verify mode compared with eager, or an earlier one whose verdict was
+ *      read now, differed (pyext/gf_verify_sampled.h); graphed._verify reports it, disables the
+ *      runner and answers with eager's result.
  *    An error is raised as a Python exception: the forward's own, or graphed's naming the kwarg
  *    path. */
 
@@ -306,7 +288,7 @@ static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t 
   gf_frames_here = &frame;
   gf_walk nested = {0};
   gf_walk *walk = gf_calls_in_flight == 0 ? &gf_scratch : &nested;
-  unsigned long long served = 0; /* set where the state makes sampled calls in C */
+  unsigned long long served = 0;
   PyObject *rebuilt = gf_fast_call_walked(walk, runner_id, state, args[1], args[2], args[6],
                                           args[7], pin, static_outputs, &served);
   gf_walk_free(&nested);
@@ -319,16 +301,18 @@ static PyObject *gf_fast_call(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 /* -- call_flat: the Python path ---------------------------------------------------------- */
 
-/* call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held) -> the
- * output, REENTERED or a SampledCall (Note [What the entries return]), the kwargs already
- * flattened by graphed._tree (key a str, tensors and keep_alive lists, held a tuple). */
+/* call_flat(runner_id, state, key, tensors, spec, keep_alive, pin, static_outputs, held, kwargs)
+ * -> the output, REENTERED or a Differed (Note [What the entries return]), the kwargs already
+ * flattened by graphed._tree (key a str, tensors and keep_alive lists, held a tuple; kwargs
+ * themselves for verify mode's eager run). */
 static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
-  if (nargs != 9 || Py_TYPE(args[1]) != &gf_call_state_type || !PyUnicode_CheckExact(args[2]) ||
-      !PyList_CheckExact(args[3]) || !PyList_CheckExact(args[5]) || !PyTuple_CheckExact(args[8])) {
+  if (nargs != 10 || Py_TYPE(args[1]) != &gf_call_state_type || !PyUnicode_CheckExact(args[2]) ||
+      !PyList_CheckExact(args[3]) || !PyList_CheckExact(args[5]) || !PyTuple_CheckExact(args[8]) ||
+      !PyDict_Check(args[9])) {
     PyErr_SetString(PyExc_TypeError,
                     "_graphed_fastcall.call_flat(runner_id, state, key, tensors, spec, "
-                    "keep_alive, pin, static_outputs, held)");
+                    "keep_alive, pin, static_outputs, held, kwargs: dict)");
     return NULL;
   }
   int64_t runner_id = 0;
@@ -352,11 +336,11 @@ static PyObject *gf_flat_call(PyObject *self, PyObject *const *args, Py_ssize_t 
   gf_error err = {0};
   gf_status status = gf_fastcall_torch_call_dispatched(runner_id, &call, args[3], args[5], pin,
                                                        static_outputs, &outputs, &err);
-  unsigned long long served = 0; /* set where the state makes sampled calls in C */
+  unsigned long long served = 0;
   PyObject *rebuilt = gf_finish_call(status, &err, &call, outputs, &served);
   gf_frames_here = frame.outer;
-  if (rebuilt != NULL && served != 0) { /* its verdicts read; a sampled call handed up */
-    return gf_verify_sampled(state, Py_None, rebuilt, served);
+  if (rebuilt != NULL && served != 0) {
+    return gf_verify_sampled(state, args[9], rebuilt, served);
   }
   return rebuilt;
 }

@@ -1,13 +1,22 @@
-/* Verify mode's sampled call in C: for a call sampled after the first `verify` ones, the entry runs
- * the forward eagerly, queues the bitwise comparison of every output pair in one launch
- * (gf_verify_compare.c), keeps the outputs with the verdict's slot until the device has written
- * it, and returns the graph's result; each later call reads the verdicts written since. Only a
- * verdict that differed, an output structure other than a tensor or a flat tuple, list or dict of
- * them, or a pair the bytes cannot tell goes to the Python layer (graphed._verify), which says
- * the difference and disables. Made in Python, the same steps (a SampledCall handed up, the eager
- * run's context, the queue's bookkeeping, the slot and the verdict's record) cost a sampled call
- * on an H100 host 19 us on top of the replay, 9 us more than the eager forward against a bound of
- * 5 (bench/targets.py). */
+/* Verify mode's one engine: every call verify mode compares with eager, whichever entry served it
+ * (`call` or `call_flat`) and whatever the device, goes through the queue here. For a call the due
+ * rule samples (gf_call_state_due: the first verify_first of each graph, then one in
+ * verify_every), the queue runs the forward eagerly, queues the comparison of the two outputs and
+ * keeps both with the verdict's slot until the device has written it; each later call reads the
+ * verdicts written since. A tensor or a flat tuple, list or dict of them, compared bitwise, is
+ * compared here by bytes in one launch (gf_verify_compare.c); what bytes cannot tell (a
+ * tolerance, a nested output, non-tensor leaves, tensors that are not contiguous or lie on several
+ * devices) goes to the comparison the Python layer handed the queue when it armed it
+ * (graphed._verify), which queues its verdict into the same slot or answers at once. The first
+ * verify_first calls, and every call on a device that does not defer (the CPU), wait for their
+ * verdict. A verdict that differed goes up as Differed, for the Python layer to say the difference
+ * and disable.
+ *
+ * What it costs, a sampled call on an H100 host beyond its replay (at 1a3bc4a, docs/benchmarks.md):
+ * 3 to 4.3 us more than an eager call, of which the comparison's launch is 1.3 (a ready graph,
+ * backends/cuda/gf_cuda_compare_jobs.h). The same steps made in Python (the call handed up, the
+ * eager run's context, the queue's bookkeeping) cost 19 us on top of the replay, 9 us more than
+ * the eager forward. Every call not sampled costs a null test and the due rule. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -21,10 +30,18 @@
 
 #include <stdlib.h>
 
-enum { GF_VERIFY_SLOTS_MOST = 32, GF_VERDICT_NOT_WRITTEN = 2 };
+enum { GF_VERIFY_SLOTS_MOST = 32, GF_VERDICT_NOT_WRITTEN = 2, GF_NO_SLOT = -1 };
 enum { GF_DEVICE_TYPE_CPU = 0 }; /* c10::DeviceType::CPU, as gf_tensor.device_type holds it */
 /* Outputs pending verdicts may hold at once (both sides' bytes); one more waits for the device. */
 static const size_t gf_verify_bytes_most = (size_t)256 << 20;
+
+/* What a comparison came to. */
+typedef enum gf_judged {
+  GF_JUDGED_ERROR = -1, /* a Python exception is set */
+  GF_JUDGED_QUEUED,     /* the device writes the verdict into the slot */
+  GF_JUDGED_SAME,
+  GF_JUDGED_DIFFERS,
+} gf_judged;
 
 typedef struct gf_pending_verdict {
   int slot;
@@ -35,10 +52,7 @@ typedef struct gf_pending_verdict {
 } gf_pending_verdict;
 
 struct gf_verify_queue {
-  int64_t runner_id;
-  PyObject *forward;
-  PyObject *host;    /* pinned uint8, a verdict byte a slot */
-  PyObject *scratch; /* int32 on the device, two words a slot */
+  gf_verify_arming arming; /* its objects held */
   volatile uint8_t *bytes;
   uint32_t *words;
   gf_tensor scratch_desc;
@@ -50,25 +64,30 @@ struct gf_verify_queue {
   int free_slots[GF_VERIFY_SLOTS_MOST];
   int free_count;
   /* gf_verify_sampled calls using the queue now (each may let other Python code run: the eager
-   * forward, a wait, a contended lock), and whether it was released meanwhile: the last of them
-   * frees it then (gf_verify_queue_free). */
+   * forward, the Python comparison, a wait), and whether it was released meanwhile: the last of
+   * them frees it then (gf_verify_queue_free). */
   int busy;
   int released;
 };
 
-gf_verify_queue *gf_verify_queue_arm(int64_t runner_id, PyObject *forward, PyObject *host,
-                                     PyObject *scratch) {
+static int gf_verify_arming_fits(const gf_verify_arming *arming, gf_tensor *host,
+                                 gf_tensor *scratch) {
+  return PyCallable_Check(arming->forward) && PyCallable_Check(arming->compare) &&
+         gf_compare_describe(arming->host, host) == 0 &&
+         gf_compare_describe(arming->scratch, scratch) == 0 && host->itemsize == 1 &&
+         host->device_type == GF_DEVICE_TYPE_CPU && gf_tensor_is_contiguous(host) &&
+         scratch->itemsize == 4 && gf_tensor_is_contiguous(scratch) && gf_tensor_numel(host) >= 1 &&
+         gf_tensor_numel(scratch) >= 2 * gf_tensor_numel(host);
+}
+
+gf_verify_queue *gf_verify_queue_arm(const gf_verify_arming *arming) {
   gf_tensor host_desc;
   gf_tensor scratch_desc;
-  if (!PyCallable_Check(forward) || gf_compare_describe(host, &host_desc) != 0 ||
-      gf_compare_describe(scratch, &scratch_desc) != 0 || host_desc.itemsize != 1 ||
-      host_desc.device_type != GF_DEVICE_TYPE_CPU || !gf_tensor_is_contiguous(&host_desc) ||
-      scratch_desc.itemsize != 4 || !gf_tensor_is_contiguous(&scratch_desc) ||
-      gf_tensor_numel(&host_desc) < 1 ||
-      gf_tensor_numel(&scratch_desc) < 2 * gf_tensor_numel(&host_desc)) {
+  if (!gf_verify_arming_fits(arming, &host_desc, &scratch_desc)) {
     PyErr_SetString(PyExc_TypeError,
-                    "CallState.verify_natively(runner_id, forward: callable, host: uint8 "
-                    "tensor of N bytes, scratch: int32 tensor of 2N zeros)");
+                    "CallState.verify(runner_id, first, every, forward: callable, compare: "
+                    "callable, host: uint8 tensor of N bytes, scratch: int32 tensor of 2N zeros, "
+                    "bitwise, defer) or (None)");
     return NULL;
   }
   gf_verify_queue *queue = calloc(1, sizeof *queue);
@@ -76,10 +95,11 @@ gf_verify_queue *gf_verify_queue_arm(int64_t runner_id, PyObject *forward, PyObj
     PyErr_NoMemory();
     return NULL;
   }
-  queue->runner_id = runner_id;
-  queue->forward = Py_NewRef(forward);
-  queue->host = Py_NewRef(host);
-  queue->scratch = Py_NewRef(scratch);
+  queue->arming = *arming;
+  Py_INCREF(arming->forward);
+  Py_INCREF(arming->compare);
+  Py_INCREF(arming->host);
+  Py_INCREF(arming->scratch);
   queue->bytes = host_desc.data;
   queue->words = scratch_desc.data;
   queue->scratch_desc = scratch_desc;
@@ -94,17 +114,18 @@ gf_verify_queue *gf_verify_queue_arm(int64_t runner_id, PyObject *forward, PyObj
 
 /* Drops the oldest pending verdict. Its slot is free again once the device has written its
  * verdict; a slot whose comparison may still run is retired (never used again: its kernel could
- * write a stale verdict into the next comparison's byte). */
+ * write a stale verdict into the next comparison's byte). The queue is whole before the outputs
+ * are released (which may run other Python code). */
 static void gf_verify_queue_pop(gf_verify_queue *queue) {
-  gf_pending_verdict *oldest = &queue->pending[queue->head];
-  if (queue->bytes[oldest->slot] != GF_VERDICT_NOT_WRITTEN) {
-    queue->free_slots[queue->free_count++] = oldest->slot;
+  gf_pending_verdict oldest = queue->pending[queue->head];
+  if (queue->bytes[oldest.slot] != GF_VERDICT_NOT_WRITTEN) {
+    queue->free_slots[queue->free_count++] = oldest.slot;
   }
-  queue->pending_bytes -= oldest->nbytes;
-  Py_CLEAR(oldest->replayed);
-  Py_CLEAR(oldest->expected);
+  queue->pending_bytes -= oldest.nbytes;
   queue->head = (queue->head + 1) % GF_VERIFY_SLOTS_MOST;
   queue->count--;
+  Py_XDECREF(oldest.replayed);
+  Py_XDECREF(oldest.expected);
 }
 
 static void gf_verify_queue_clear(gf_verify_queue *queue) {
@@ -113,7 +134,8 @@ static void gf_verify_queue_clear(gf_verify_queue *queue) {
   }
 }
 
-/* 1 when a comparison of the queue's may still run on the device. */
+/* 1 when the device may still write into the queue's memory: a pending verdict not written, or a
+ * slot retired with its comparison unfinished. */
 static int gf_verify_queue_running(const gf_verify_queue *queue) {
   for (int i = 0; i < queue->count; ++i) {
     const int slot = queue->pending[(queue->head + i) % GF_VERIFY_SLOTS_MOST].slot;
@@ -121,7 +143,11 @@ static int gf_verify_queue_running(const gf_verify_queue *queue) {
       return 1;
     }
   }
-  return 0;
+  return queue->free_count + queue->count < queue->slots;
+}
+
+static void gf_verify_queue_synchronize(const gf_verify_queue *queue) {
+  gf_fastcall_torch_synchronize(queue->scratch_desc.device_type, queue->scratch_desc.device_index);
 }
 
 void gf_verify_queue_free(gf_verify_queue *queue) {
@@ -135,13 +161,13 @@ void gf_verify_queue_free(gf_verify_queue *queue) {
   if (gf_verify_queue_running(queue)) {
     /* Its kernels write the pinned bytes and the scratch released below, which torch's
      * allocators hand out again at once: they finish first. */
-    gf_fastcall_torch_synchronize(queue->scratch_desc.device_type,
-                                  queue->scratch_desc.device_index);
+    gf_verify_queue_synchronize(queue);
   }
   gf_verify_queue_clear(queue);
-  Py_CLEAR(queue->forward);
-  Py_CLEAR(queue->host);
-  Py_CLEAR(queue->scratch);
+  Py_CLEAR(queue->arming.forward);
+  Py_CLEAR(queue->arming.compare);
+  Py_CLEAR(queue->arming.host);
+  Py_CLEAR(queue->arming.scratch);
   free(queue);
 }
 
@@ -149,7 +175,8 @@ int gf_verify_queue_traverse(gf_verify_queue *queue, visitproc visit, void *arg)
   if (queue == NULL) {
     return 0;
   }
-  Py_VISIT(queue->forward);
+  Py_VISIT(queue->arming.forward);
+  Py_VISIT(queue->arming.compare); /* the Python layer's, which holds the CallState */
   for (int i = 0; i < queue->count; ++i) {
     const gf_pending_verdict *pending = &queue->pending[(queue->head + i) % GF_VERIFY_SLOTS_MOST];
     Py_VISIT(pending->replayed);
@@ -162,29 +189,26 @@ int gf_verify_queue_pending(const gf_verify_queue *queue) {
   return queue != NULL ? queue->count : 0;
 }
 
-/* Reads the verdicts the device has written, oldest first: NULL when none differed, else a new
- * (served, replayed, expected) of the one that did, the queue then emptied (the runner is about to
- * be disabled). */
-static PyObject *gf_verify_queue_read(gf_verify_queue *queue) {
+/* Reads the verdicts the device has written, oldest first: 0 when none differed, else 1 with
+ * *differed the one that did (its outputs new references), the queue then emptied (the runner is
+ * about to be disabled). */
+static int gf_verify_queue_read(gf_verify_queue *queue, gf_pending_verdict *differed) {
   while (queue->count > 0) {
     gf_pending_verdict *oldest = &queue->pending[queue->head];
     const uint8_t verdict = queue->bytes[oldest->slot];
     if (verdict == GF_VERDICT_NOT_WRITTEN) {
-      return NULL;
+      return 0;
     }
     if (verdict != 0) {
-      PyObject *differed =
-          Py_BuildValue("(KOO)", oldest->served, oldest->replayed, oldest->expected);
-      if (differed == NULL) {
-        PyErr_Clear(); /* out of memory: read again at the next call */
-        return NULL;
-      }
-      gf_verify_queue_clear(queue); /* the runner is about to be disabled */
-      return differed;
+      *differed = *oldest;
+      Py_INCREF(differed->replayed);
+      Py_INCREF(differed->expected);
+      gf_verify_queue_clear(queue);
+      return 1;
     }
     gf_verify_queue_pop(queue);
   }
-  return NULL;
+  return 0;
 }
 
 /* Sampled faster than the device answers: waits for the device to finish what was queued (the
@@ -199,7 +223,7 @@ static void gf_verify_queue_wait(gf_verify_queue *queue) {
   if (queue->bytes[slot] != GF_VERDICT_NOT_WRITTEN) {
     return;
   }
-  gf_fastcall_torch_synchronize(queue->scratch_desc.device_type, queue->scratch_desc.device_index);
+  gf_verify_queue_synchronize(queue);
   if (queue->count > 0 && queue->pending[queue->head].slot == slot &&
       queue->bytes[slot] == GF_VERDICT_NOT_WRITTEN) {
     gf_verify_queue_pop(queue);
@@ -262,166 +286,243 @@ static int gf_verify_output_tensors(PyObject *result, PyObject *expected, PyObje
   return 0; /* an item that is no plain tensor: gf_verify_compare_queue says so */
 }
 
-/* Queues the comparison of a sampled call's outputs: 1 queued (the queue holds both sides), 0
- * for the Python layer to compare, -1 on error. */
-static int gf_verify_queue_comparison(gf_verify_queue *queue, unsigned long long served,
-                                      PyObject *result, PyObject *expected) {
+/* Compares a flat output's bytes in one launch into *slot's byte: GF_COMPARE_QUEUED (*nbytes one
+ * side's bytes), GF_COMPARE_DIFFERS (a dtype or shape), GF_COMPARE_ELSEWHERE (the Python layer
+ * compares; where the launch failed, *slot is retired, GF_NO_SLOT: its scratch may hold a count)
+ * or GF_COMPARE_ERROR. */
+static int gf_verify_queue_bytes(gf_verify_queue *queue, int *slot, PyObject *result,
+                                 PyObject *expected, size_t *nbytes) {
   PyObject *pair[2] = {NULL, NULL};
   int owned = 0;
   PyObject *const *got = NULL;
   PyObject *const *want = NULL;
   Py_ssize_t size = 0;
-  int outcome = gf_verify_output_tensors(result, expected, pair, &owned, &got, &want, &size);
-  if (outcome != 0 || queue->free_count == 0) {
-    if (owned) {
-      Py_XDECREF(pair[0]);
-      Py_XDECREF(pair[1]);
+  const int outcome = gf_verify_output_tensors(result, expected, pair, &owned, &got, &want, &size);
+  int compared = outcome < 0 ? GF_COMPARE_ERROR : GF_COMPARE_ELSEWHERE;
+  if (outcome == 0) {
+    compared = gf_verify_compare_queue(queue->arming.runner_id, got, want, size,
+                                       (uint8_t *)&queue->bytes[*slot], &queue->words[2 * *slot],
+                                       &queue->scratch_desc, nbytes);
+    if (compared == GF_COMPARE_ERROR) {
+      PyErr_Clear();
+      *slot = GF_NO_SLOT;
+      compared = GF_COMPARE_ELSEWHERE;
     }
-    return outcome < 0 ? -1 : 0;
   }
-  const int slot = queue->free_slots[--queue->free_count];
-  queue->bytes[slot] = GF_VERDICT_NOT_WRITTEN;
-  size_t nbytes = 0;
-  int queued =
-      gf_verify_compare_queue(queue->runner_id, got, want, size, (uint8_t *)&queue->bytes[slot],
-                              &queue->words[2 * slot], &queue->scratch_desc, &nbytes);
   if (owned) {
-    Py_DECREF(pair[0]);
-    Py_DECREF(pair[1]);
+    Py_XDECREF(pair[0]);
+    Py_XDECREF(pair[1]);
   }
-  if (queued == GF_COMPARE_ERROR) {
-    /* The launch failed: the slot's scratch may hold a count, so it is not used again; the
-     * Python layer compares with torch operations. */
+  return compared;
+}
+
+/* The Python layer's comparison (arming.compare) of what bytes cannot tell, into `slot`'s byte
+ * (GF_NO_SLOT: at once): *nbytes what a queued one holds (both sides), *difference the phrase of
+ * one that differs (a new str). */
+static gf_judged gf_verify_queue_ask(gf_verify_queue *queue, int slot, PyObject *result,
+                                     PyObject *expected, size_t *nbytes, PyObject **difference) {
+  PyObject *where = slot == GF_NO_SLOT ? Py_NewRef(Py_None) : PyLong_FromLong(slot);
+  PyObject *said = where != NULL ? PyObject_CallFunctionObjArgs(queue->arming.compare, result,
+                                                                expected, where, NULL)
+                                 : NULL;
+  Py_XDECREF(where);
+  if (said == NULL) {
+    return GF_JUDGED_ERROR;
+  }
+  if (said == Py_None) {
+    Py_DECREF(said);
+    return GF_JUDGED_SAME;
+  }
+  if (PyUnicode_Check(said)) {
+    *difference = said;
+    return GF_JUDGED_DIFFERS;
+  }
+  *nbytes = PyLong_CheckExact(said) && slot != GF_NO_SLOT ? PyLong_AsSize_t(said) : (size_t)-1;
+  Py_DECREF(said);
+  if (*nbytes == (size_t)-1) {
     PyErr_Clear();
-    return 0;
+    PyErr_SetString(PyExc_TypeError, "verify's comparison returned neither None, a str nor the "
+                                     "bytes it queued");
+    return GF_JUDGED_ERROR;
   }
-  if (queued != GF_COMPARE_QUEUED) {
-    queue->free_slots[queue->free_count++] = slot;
-    return 0;
+  return GF_JUDGED_QUEUED;
+}
+
+/* Compares a sampled call's outputs: queued (the queue holds both sides until the device writes
+ * the verdict), the same, or differing (*difference a new str, or NULL where the bytes said so). */
+static gf_judged gf_verify_queue_comparison(gf_verify_queue *queue, unsigned long long served,
+                                            PyObject *result, PyObject *expected,
+                                            PyObject **difference) {
+  int slot = GF_NO_SLOT;
+  if (queue->free_count > 0) {
+    slot = queue->free_slots[--queue->free_count];
+    queue->bytes[slot] = GF_VERDICT_NOT_WRITTEN;
+  }
+  size_t nbytes = 0;
+  int compared = GF_COMPARE_ELSEWHERE;
+  if (slot != GF_NO_SLOT && queue->arming.bitwise) {
+    compared = gf_verify_queue_bytes(queue, &slot, result, expected, &nbytes);
+    nbytes *= 2;
+  }
+  gf_judged judged = compared == GF_COMPARE_QUEUED    ? GF_JUDGED_QUEUED
+                     : compared == GF_COMPARE_DIFFERS ? GF_JUDGED_DIFFERS
+                                                      : GF_JUDGED_ERROR;
+  if (compared == GF_COMPARE_ELSEWHERE) {
+    judged = gf_verify_queue_ask(queue, slot, result, expected, &nbytes, difference);
+  }
+  if (judged != GF_JUDGED_QUEUED) {
+    if (slot != GF_NO_SLOT) {
+      queue->free_slots[queue->free_count++] = slot;
+    }
+    return judged;
   }
   gf_pending_verdict *pending =
       &queue->pending[(queue->head + queue->count) % GF_VERIFY_SLOTS_MOST];
-  *pending = (gf_pending_verdict){slot, served, Py_NewRef(result), Py_NewRef(expected), 2 * nbytes};
+  *pending = (gf_pending_verdict){slot, served, Py_NewRef(result), Py_NewRef(expected), nbytes};
   queue->count++;
-  queue->pending_bytes += pending->nbytes;
-  return 1;
+  queue->pending_bytes += nbytes;
+  return GF_JUDGED_QUEUED;
 }
 
-/* SampledCall(result, served, expected, differed), a struct sequence. */
-static PyTypeObject *gf_sampled_call_type;
+/* Differed(served, replayed, expected, difference, result), a struct sequence. */
+static PyTypeObject *gf_differed_type;
 
-static PyStructSequence_Field gf_sampled_call_fields[] = {
-    {"result", "what the call returns"},
-    {"served", "how many calls the graph that served it has served, this one included"},
-    {"expected", "eager's result for the call when the entry ran it, or None"},
-    {"differed", "(served, replayed, expected) of a sampled call whose verdict said it differed, "
-                 "or None"},
+static PyStructSequence_Field gf_differed_fields[] = {
+    {"served", "the count of its graph's calls of the sampled call that differed"},
+    {"replayed", "what the graph returned for it"},
+    {"expected", "what eager returned for it"},
+    {"difference", "where and by how much they differ, or None where the bytes said so"},
+    {"result", "eager's result for the call now, or RUN_EAGER where it is still to run"},
     {NULL, NULL},
 };
 
-static PyStructSequence_Desc gf_sampled_call_desc = {
-    "_graphed_fastcall.SampledCall",
-    "A call verify mode compares with eager (graphed._verify): its result, the count of the "
-    "graph's calls, and what the entry made of it already.",
-    gf_sampled_call_fields,
-    4,
+static PyStructSequence_Desc gf_differed_desc = {
+    "_graphed_fastcall.Differed",
+    "A sampled call whose output differed from eager's (graphed._verify reports it and disables "
+    "the runner), and the answer to the call now.",
+    gf_differed_fields,
+    5,
 };
 
-PyObject *gf_sampled_call_new(PyObject *result, unsigned long long served, PyObject *expected,
-                              PyObject *differed) {
-  PyObject *sampled = PyStructSequence_New(gf_sampled_call_type);
-  PyObject *count = PyLong_FromUnsignedLongLong(served);
-  if (sampled == NULL || count == NULL) {
-    Py_XDECREF(sampled);
-    Py_XDECREF(count);
-    Py_DECREF(result);
-    Py_XDECREF(expected);
-    Py_XDECREF(differed);
-    return NULL;
-  }
-  PyStructSequence_SetItem(sampled, 0, result);
-  PyStructSequence_SetItem(sampled, 1, count);
-  PyStructSequence_SetItem(sampled, 2, expected != NULL ? expected : Py_NewRef(Py_None));
-  PyStructSequence_SetItem(sampled, 3, differed != NULL ? differed : Py_NewRef(Py_None));
-  return sampled;
-}
-
-/* The sampled call itself, with the queue held busy: see gf_verify_sampled. */
-static PyObject *gf_verify_sampled_busy(gf_verify_queue *queue, PyObject *kwargs, PyObject *result,
-                                        unsigned long long served) {
-  if (queue->count == GF_VERIFY_SLOTS_MOST || queue->pending_bytes > gf_verify_bytes_most) {
-    gf_verify_queue_wait(queue);
-    PyObject *differed = queue->released ? NULL : gf_verify_queue_read(queue);
-    if (differed != NULL || queue->released) {
-      return gf_sampled_call_new(result, served, NULL, differed);
+/* Steals every object (difference may be NULL: None). */
+static PyObject *gf_differed_new(unsigned long long served, PyObject *replayed, PyObject *expected,
+                                 PyObject *difference, PyObject *result) {
+  PyObject *items[5] = {PyLong_FromUnsignedLongLong(served), replayed, expected,
+                        difference != NULL ? difference : Py_NewRef(Py_None), result};
+  PyObject *differed = items[0] != NULL ? PyStructSequence_New(gf_differed_type) : NULL;
+  for (int i = 0; i < 5; ++i) {
+    if (differed != NULL) {
+      PyStructSequence_SetItem(differed, i, items[i]);
+    } else {
+      Py_XDECREF(items[i]);
     }
   }
-  PyObject *target =
-      gf_module_call_target(queue->forward); /* its forward, where torch's call would */
+  return differed;
+}
+
+/* The answer to a call whose queue read a verdict that differed: eager's result for the call
+ * (`expected`, stolen; NULL: RUN_EAGER, to run) goes with it; the graph's `result` is dropped. */
+static PyObject *gf_verify_differed(gf_pending_verdict *differed, PyObject *result,
+                                    PyObject *expected) {
+  Py_DECREF(result);
+  return gf_differed_new(differed->served, differed->replayed, differed->expected, NULL,
+                         expected != NULL ? expected : Py_NewRef(gf_run_eager));
+}
+
+/* A sampled call's comparison, eager having run (`expected`; both stolen): see gf_verify_sampled.
+ * `first`: the calls of each graph that wait for their verdict. */
+static PyObject *gf_verify_sampled_compare(gf_verify_queue *queue, unsigned long long first,
+                                           unsigned long long served, PyObject *result,
+                                           PyObject *expected) {
+  PyObject *difference = NULL;
+  const gf_judged judged = gf_verify_queue_comparison(queue, served, result, expected, &difference);
+  if (judged == GF_JUDGED_ERROR) {
+    Py_DECREF(result);
+    Py_DECREF(expected);
+    return NULL;
+  }
+  if (judged == GF_JUDGED_DIFFERS) {
+    return gf_differed_new(served, result, Py_NewRef(expected), difference, expected);
+  }
+  gf_pending_verdict differed;
+  if (judged == GF_JUDGED_QUEUED && (!queue->arming.defer || served <= first)) {
+    if (gf_verify_queue_running(queue)) {
+      gf_verify_queue_synchronize(queue);
+    }
+    if (queue->released) { /* disabled meanwhile: eager answers */
+      Py_DECREF(result);
+      return expected;
+    }
+    if (gf_verify_queue_read(queue, &differed)) {
+      return gf_verify_differed(&differed, result, expected);
+    }
+  }
+  Py_DECREF(expected);
+  return result;
+}
+
+/* The call, with the queue held busy: see gf_verify_sampled. */
+static PyObject *gf_verify_sampled_busy(const gf_call_state *state, gf_verify_queue *queue,
+                                        PyObject *kwargs, PyObject *result,
+                                        unsigned long long served) {
+  const unsigned long long first = state->verify_first;
+  gf_pending_verdict differed;
+  if (gf_verify_queue_read(queue, &differed)) {
+    return gf_verify_differed(&differed, result, NULL);
+  }
+  if (!gf_call_state_due(state, served)) {
+    return result; /* a verdict read, the call itself not sampled */
+  }
+  if (queue->count == GF_VERIFY_SLOTS_MOST || queue->pending_bytes > gf_verify_bytes_most) {
+    gf_verify_queue_wait(queue);
+    if (!queue->released && gf_verify_queue_read(queue, &differed)) {
+      return gf_verify_differed(&differed, result, NULL);
+    }
+  }
+  if (queue->released) { /* disabled meanwhile: the graph's answer stands */
+    return result;
+  }
+  /* Its forward, where torch's call of the module would find nothing to do first. */
+  PyObject *target = gf_module_call_target(queue->arming.forward);
   PyObject *expected = target != NULL ? gf_fastcall_torch_call_without_grad(target, kwargs) : NULL;
   Py_XDECREF(target);
   if (expected == NULL) {
     Py_DECREF(result);
     return NULL;
   }
-  if (queue->released) { /* the forward disabled the runner: the Python layer says what now */
-    return gf_sampled_call_new(result, served, expected, NULL);
-  }
-  int queued = gf_verify_queue_comparison(queue, served, result, expected);
-  if (queued < 0) {
-    Py_DECREF(expected);
+  if (queue->released) { /* the forward disabled the runner: eager answers */
     Py_DECREF(result);
-    return NULL;
+    return expected;
   }
-  if (queued == 0) {
-    return gf_sampled_call_new(result, served, expected, NULL);
-  }
-  Py_DECREF(expected);
-  return result;
+  return gf_verify_sampled_compare(queue, first, served, result, expected);
 }
 
 PyObject *gf_verify_sampled(gf_call_state *state, PyObject *kwargs, PyObject *result,
                             unsigned long long served) {
   gf_verify_queue *queue = state->verify_queue;
-  if (queue == NULL) {
-    return result;
+  if (queue == NULL || (queue->count == 0 && !gf_call_state_due(state, served))) {
+    return result; /* the call every other one is: nothing to read, not sampled */
   }
-  PyObject *differed = gf_verify_queue_read(queue);
-  if (differed != NULL) {
-    return gf_sampled_call_new(result, served, NULL, differed);
-  }
-  if (!state->verify_pending && !gf_call_state_due(state, served)) {
-    return result; /* the call every other one is: not sampled */
-  }
-  if (state->verify_pending || served <= state->verify_first || !PyDict_CheckExact(kwargs)) {
-    /* the Python layer's own verdicts to read (its comparisons), a call it compares at once, or
-     * one of the Python path (kwargs as a TreeSpec) */
-    return gf_sampled_call_new(result, served, NULL, NULL);
-  }
-  /* Held busy across what may let other Python code run (the eager forward, a wait, a contended
-   * runner lock): a disable meanwhile (verify_natively(None)) leaves the freeing to this call. */
+  /* Held busy across what may let other Python code run (the eager forward, the Python
+   * comparison, a wait): a disable meanwhile (verify(None)) leaves the freeing to this call. */
   queue->busy++;
-  PyObject *sampled = gf_verify_sampled_busy(queue, kwargs, result, served);
+  PyObject *answer = gf_verify_sampled_busy(state, queue, kwargs, result, served);
   if (--queue->busy == 0 && queue->released) {
     gf_verify_queue_free(queue);
   }
-  return sampled;
+  return answer;
 }
 
 int gf_verify_sampled_init(PyObject *module) {
-  if (gf_sampled_call_type == NULL) {
-    gf_sampled_call_type = PyStructSequence_NewType(&gf_sampled_call_desc);
-    if (gf_sampled_call_type == NULL) {
+  if (gf_differed_type == NULL) {
+    gf_differed_type = PyStructSequence_NewType(&gf_differed_desc);
+    if (gf_differed_type == NULL) {
       return -1;
     }
   }
-  /* The queue's bounds and the byte a verdict holds until written, which the Python layer's own
-   * queue (graphed._verify) keeps alike. */
-  if (PyModule_AddIntConstant(module, "VERDICTS_PENDING_MOST", GF_VERIFY_SLOTS_MOST) != 0 ||
-      PyModule_AddIntConstant(module, "VERDICT_BYTES_PENDING_MOST", (long)gf_verify_bytes_most) !=
-          0 ||
-      PyModule_AddIntConstant(module, "VERDICT_NOT_WRITTEN", GF_VERDICT_NOT_WRITTEN) != 0) {
+  /* The slots of verdict bytes a queue uses at most, for the memory the Python layer gives it. */
+  if (PyModule_AddIntConstant(module, "VERDICTS_PENDING_MOST", GF_VERIFY_SLOTS_MOST) != 0) {
     return -1;
   }
-  return PyModule_AddObjectRef(module, "SampledCall", (PyObject *)gf_sampled_call_type);
+  return PyModule_AddObjectRef(module, "Differed", (PyObject *)gf_differed_type);
 }

@@ -25,7 +25,7 @@ Each reason, with its duties:
 - NO_TENSORS (E): a call with no tensor to key.
 - COMPILING (none): a call torch.compile or torch.export traces; the trace sees the module's call
   itself, bare.
-- VERIFY (none): verify mode's comparison of a call a graph served (it serves no call itself).
+- VERIFY (none): the call whose verify difference disabled the runner (graphed._verify).
 
 What a run reads of its GraphedForward is an `EagerRun`, the record the runner builds once when it
 starts (and keeps current where it changes: its regions); nothing here reads the runner itself.
@@ -194,7 +194,7 @@ def _run(eager: EagerRun, kwargs: dict, core_run: bool) -> Any:
     if eager.regions is None and eager.capture_context is None:
         # Grad mode set directly: torch.no_grad() and a null context around the call cost about
         # 1.5 us more (2-core x86 host) on every eager run: a disabled runner's calls, and the
-        # sampled calls verify mode compares here (the fast entry's own set grad mode in C,
+        # call that reads a verify difference (verify's own eager runs set grad mode in C,
         # pyext/gf_verify_sampled.c).
         enabled = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)

@@ -50,7 +50,7 @@ _NO_KEEP_ALIVE: list = []
 _is_compiling = torch.compiler.is_compiling  # bound, torch.compile still recognises it
 _PHASE_CAPTURE = _phases.PHASE_CAPTURE
 _PHASE_EAGER = _phases.PHASE_EAGER
-_SAMPLED_CALL = _fastcall.SampledCall
+_DIFFERED = _fastcall.Differed
 _run_eagerly = _eager.run_eagerly
 _DISABLED, _HELD_BACK, _REENTERED_CALL = _eager.DISABLED, _eager.HELD_BACK, _eager.REENTERED
 # GraphedForward's default churn_limit (ops/gf_churn.h).
@@ -258,21 +258,21 @@ class GraphedForward(ModuleMethods, _ops.RunnerReports):
             # A call from inside this instance's own forward (the forward calls its GraphedForward
             # again): eager, as the forward would run without graphed (see gf_fastcall.c).
             return _run_eagerly(self._eager, kwargs, _REENTERED_CALL)
-        if type(result) is _SAMPLED_CALL:
-            # One of the calls verify mode compares with eager (graphed._verify).
-            return self._verifier.compared(self, kwargs, result)
+        if type(result) is _DIFFERED:
+            # A call verify mode compared with eager differed (graphed._verify).
+            return self._verifier.differed(self, kwargs, result)
         return result
 
     def _call_flat(self, kwargs: dict, variant: Any, options: tuple) -> Any:
         """The Python path: kwargs the C walker hands back (FALLBACK), flattened here and called
         through the dispatcher, where modes and tensor subclasses see the call; a call without
-        tensors runs the module. `options` are call_flat's last four (the held tensors, pin,
-        static_outputs, the held objects)."""
+        tensors runs the module. `options` are call_flat's four before the kwargs (the held
+        tensors, pin, static_outputs, the held objects)."""
         tensors, key, spec = flatten_kwargs(kwargs, variant)
         if not tensors:
             return _run_eagerly(self._eager, kwargs, _eager.NO_TENSORS)
         _arguments.check_keep_alive(options[0])
-        return _fastcall.call_flat(self._id, self._call_state, key, tensors, spec, *options)
+        return _fastcall.call_flat(self._id, self._call_state, key, tensors, spec, *options, kwargs)
 
     def _call_disabled(self, args: tuple, kwargs: dict) -> Any:
         """A call of a runner disabled for good, answered here: the module runs eagerly without

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import _arguments, _verify
+from . import _arguments, _verification
 from ._device_hooks import resolve_device
 from ._memory import MemoryPool, pool_id_of
 
@@ -34,7 +34,7 @@ class RunnerOptions:
     capture_context: Callable[[], contextlib.AbstractContextManager] | None = None
     backend: str | None = None
     cpu_inputs: str = "refuse"
-    verification: _verify.Verification | None = None
+    verification: _verification.Verification | None = None
     memory_pool: MemoryPool | None = None
     churn_limit: int = 0
     regions: bool = True
@@ -59,7 +59,7 @@ class RunnerOptions:
             options["capture_context"],
             options["churn_limit"],
         )
-        verification = _verify.Verification.of(verify, verify_tolerance, verify_every)
+        verification = _verification.Verification.of(verify, verify_tolerance, verify_every)
         return cls(
             device=resolve_device(torch.device(device)), verification=verification, **options
         )

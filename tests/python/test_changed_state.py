@@ -669,9 +669,8 @@ def test_a_faithful_graphs_verdicts_read_later_keep_it_replaying(emulated_backen
         waiting.append(gf._call_state.verdicts_pending)
     assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
     # Every call (the capturing one included: here its graph's replay answers it) reads the last
-    # verdict and queues its own, in the fast entry's queue (pyext/gf_verify_sampled.c).
+    # verdict and queues its own, in the extension's queue (pyext/gf_verify_sampled.c).
     assert waiting == [1] * 6, waiting
-    assert not gf._verifier._pending, "nothing went through the Python layer's queue"
 
 
 class ScaleBy(torch.nn.Module):

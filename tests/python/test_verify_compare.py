@@ -6,6 +6,7 @@ launches, sizes that take its vector and byte paths, and a difference in the las
 
 from __future__ import annotations
 
+import collections
 import functools
 import gc
 import sys
@@ -17,7 +18,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from _gpu import on_gpu
-from graphed import GraphedForward, _verify
+from graphed import GraphedForward, _verification, _verify
 from graphed._native import _graphed_fastcall as _fastcall
 from test_changed_state import ReadsAHiddenTensor
 
@@ -90,7 +91,8 @@ def test_a_runner_without_a_comparing_backend_compares_another_way():
 
 
 class FlatOutputs(ReadsAHiddenTensor):
-    """A flat tuple of tensors: what the fast entry compares itself (pyext/gf_verify_sampled.c)."""
+    """A flat tuple of tensors: what the queue compares by bytes itself
+    (pyext/gf_verify_sampled.c)."""
 
     def forward(self, x):
         y = self.linear(x)
@@ -98,15 +100,15 @@ class FlatOutputs(ReadsAHiddenTensor):
 
 
 @pytest.mark.parametrize(
-    ("make", "stale_part", "path", "fast_entry"),
+    ("make", "stale_part", "path"),
     [
-        (FlatOutputs, lambda output: output[1], "output[1]", True),
-        (Outputs, lambda output: output["pair"][1], "output['pair'][1]", False),
+        (FlatOutputs, lambda output: output[1], "output[1]"),
+        (Outputs, lambda output: output["pair"][1], "output['pair'][1]"),
     ],
-    ids=["flat, the fast entry's queue", "nested, the Python layer's queue"],
+    ids=["flat, compared by the queue's bytes", "nested, by the Python layer's comparison"],
 )
 def test_a_stale_output_is_told_at_the_next_call_by_its_path(
-    emulated_backend, monkeypatch, make, stale_part, path, fast_entry
+    emulated_backend, monkeypatch, make, stale_part, path
 ):
     monkeypatch.setattr(_verify, "DEFERRED_DEVICE_TYPES", ("cuda", "cpu"))
     module = make()
@@ -114,8 +116,7 @@ def test_a_stale_output_is_told_at_the_next_call_by_its_path(
     x = torch.ones(2, 4)
     for _ in range(3):  # the graph's calls 1 (its capture) to 3, each sampled, equal
         gf(x)
-        assert gf._call_state.verdicts_pending == (1 if fast_entry else 0)
-        assert len(gf._verifier._pending) == (0 if fast_entry else 1)
+        assert gf._call_state.verdicts_pending == 1, "both kinds pend in the one queue"
     assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
     module.holder.previous = module.holder.offset
     module.holder.offset = torch.ones(4)
@@ -128,6 +129,42 @@ def test_a_stale_output_is_told_at_the_next_call_by_its_path(
     reason = gf.stats()["disabled_reason"]
     assert f"call 4 of a graph (one in 1 sampled) differed from eager at {path}" in reason, reason
     assert gf._call_state.verdicts_pending == 0, "a disabled runner holds no outputs"
+
+
+class TakesAnOrderedDict(ReadsAHiddenTensor):
+    """Its kwarg is an OrderedDict, which the C walker hands back: its calls take the Python
+    path (call_flat)."""
+
+    def forward(self, inputs):
+        return super().forward(inputs["x"])
+
+
+@pytest.mark.parametrize("which", ["the Python path", "a tolerance"])
+def test_the_python_paths_and_a_tolerances_sampled_calls_pend_in_the_one_queue(
+    emulated_backend, monkeypatch, which
+):
+    """Whichever entry served the call and however it is compared, its verdict pends in the
+    extension's queue and a difference is told at the next call."""
+    monkeypatch.setattr(_verify, "DEFERRED_DEVICE_TYPES", ("cuda", "cpu"))
+    python_path = which == "the Python path"
+    module = TakesAnOrderedDict() if python_path else ReadsAHiddenTensor()
+    tolerance = None if python_path else (0.0, 0.5)
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, verify_every=1,
+                        verify_tolerance=tolerance)  # fmt: skip
+    x = torch.ones(2, 4)
+    call = (lambda: gf(collections.OrderedDict(x=x))) if python_path else (lambda: gf(x))
+    for _ in range(3):
+        call()
+        assert gf._call_state.verdicts_pending == 1
+    module.holder.previous = module.holder.offset
+    module.holder.offset = torch.ones(4)  # beyond the tolerance's atol
+    call()  # call 4, sampled: the verdict is written, read at the next call
+    assert gf.stats()["enabled"]
+    with torch.no_grad():
+        torch.testing.assert_close(call(), module.forward(*([{"x": x}] if python_path else [x])))
+    reason = gf.stats()["disabled_reason"]
+    assert "call 4 of a graph (one in 1 sampled) differed from eager at output" in reason, reason
+    assert gf._call_state.verdicts_pending == 0
 
 
 class Tallied(torch.nn.Module):
@@ -319,10 +356,12 @@ def test_a_runner_disabled_by_another_thread_while_it_samples_stays_whole(sample
 def test_threads_sharing_a_runner_read_each_python_layer_verdict_once(
     emulated_backend, monkeypatch
 ):
-    """Nested outputs go through the Python layer's queue: two threads calling one runner, every
-    call sampled, each verdict read once (a verdict read twice would pop another unread, and hand
-    its slot out twice), and the runner stays enabled. A stress test: without the queue's lock it
-    failed in some runs only (one in five, and two in three with fewer calls, on a 2-core host)."""
+    """Nested outputs go through the Python layer's comparison, which lets other threads run
+    while the queue holds a slot for it: three threads calling one runner, every call sampled,
+    each verdict read once (a verdict read twice would pop another unread, and hand its slot out
+    twice), and the runner stays enabled. A stress test: when the Python layer kept a queue of its
+    own, without its lock it failed in some runs only (one in five, and two in three with fewer
+    calls, on a 2-core host)."""
     monkeypatch.setattr(_verify, "DEFERRED_DEVICE_TYPES", ("cuda", "cpu"))
     gf = GraphedForward(Outputs(), device="cpu", backend=emulated_backend, verify_every=1)
     x = torch.ones(2, 4)
@@ -340,8 +379,10 @@ def test_threads_sharing_a_runner_read_each_python_layer_verdict_once(
         sys.setswitchinterval(switch)
     assert not threads.errors, threads.errors
     assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
-    slots = gf._verifier._spare_slots
-    assert len({id(slot) for slot in slots}) == len(slots), "a slot made spare twice"
+    for _ in range(40):  # more calls than slots: none was lost or handed out twice
+        gf(x)
+        assert gf._call_state.verdicts_pending == 1
+    assert gf.stats()["enabled"], gf.stats()["disabled_reason"]
 
 
 def test_disabling_drops_the_pending_verdicts_and_their_outputs(sampled_on_the_cpu):
@@ -352,17 +393,36 @@ def test_disabling_drops_the_pending_verdicts_and_their_outputs(sampled_on_the_c
     assert gf._call_state.verdicts_pending == 0
 
 
-def test_verify_natively_refuses_what_it_cannot_use():
+def test_a_verified_runner_and_its_module_are_freed_with_their_last_reference(sampled_on_the_cpu):
+    """What the queue holds (the forward, the Python layer's comparison, the pending outputs)
+    makes no cycle back to its CallState: nothing waits for the garbage collector."""
+    module = FlatOutputs()
+    gf = sampled_on_the_cpu(module)
+    gf(torch.ones(2, 4))
+    assert gf._call_state.verdicts_pending == 1
+    refs = weakref.ref(gf), weakref.ref(module)
+    gc.disable()
+    try:
+        del gf, module
+        assert [ref() for ref in refs] == [None, None]
+    finally:
+        gc.enable()
+
+
+def test_verify_refuses_what_it_cannot_use():
     state = _fastcall.CallState(lambda template, outputs: None)
     host = torch.zeros(4, dtype=torch.uint8)
-    with pytest.raises(TypeError, match="verify_natively"):
-        state.verify_natively(1, print, host, torch.zeros(3, dtype=torch.int32))  # 2 a slot
-    with pytest.raises(TypeError, match="verify_natively"):
-        state.verify_natively(1, "not callable", host, torch.zeros(8, dtype=torch.int32))
-    with pytest.raises(TypeError, match="verify_natively"):
-        state.verify_natively(1)
-    state.verify_natively(1, print, host, torch.zeros(8, dtype=torch.int32))
-    state.verify_natively(None)
+    arm = functools.partial(state.verify, 1, 0, 1)
+    with pytest.raises(TypeError, match="CallState.verify"):
+        arm(print, print, host, torch.zeros(3, dtype=torch.int32), True, True)  # 2 a slot
+    with pytest.raises(TypeError, match="CallState.verify"):
+        arm("not callable", print, host, torch.zeros(8, dtype=torch.int32), True, True)
+    with pytest.raises(TypeError, match="CallState.verify"):
+        arm(print, "not callable", host, torch.zeros(8, dtype=torch.int32), True, True)
+    with pytest.raises(TypeError, match="CallState.verify"):
+        state.verify(1)
+    arm(print, print, host, torch.zeros(8, dtype=torch.int32), True, True)
+    state.verify(None)
     assert state.verdicts_pending == 0
 
 
@@ -371,7 +431,7 @@ def test_the_unread_pairs_are_the_tensors_in_order_or_none_where_the_rest_differ
     a difference the host sees without reading values (a leaf, a tensor where eager has none, the
     structure, a shape) is said at once, with its path."""
     a, b = torch.ones(2), torch.zeros(2)
-    pairs_of = functools.partial(_verify.Verification(0, None)._difference, values=False)
+    pairs_of = functools.partial(_verification.Verification(0, None)._difference, values=False)
     assert pairs_of(a, b) == (None, [(a, b)])
     difference, pairs = pairs_of({"x": (a, 1), "y": b}, {"x": (b, 1), "y": a})
     assert difference is None
