@@ -176,7 +176,7 @@ int gf_verify_queue_traverse(gf_verify_queue *queue, visitproc visit, void *arg)
     return 0;
   }
   Py_VISIT(queue->arming.forward);
-  Py_VISIT(queue->arming.compare); /* the Python layer's, which holds the CallState */
+  Py_VISIT(queue->arming.compare);
   for (int i = 0; i < queue->count; ++i) {
     const gf_pending_verdict *pending = &queue->pending[(queue->head + i) % GF_VERIFY_SLOTS_MOST];
     Py_VISIT(pending->replayed);

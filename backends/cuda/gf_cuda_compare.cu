@@ -101,7 +101,7 @@ cudaError_t launch(const gf_copy *pairs, size_t count, unsigned total_blocks, ui
 // memory, which cudaHostAlloc made, the host's own under unified addressing), kept per thread for
 // the last bytes asked about, since a runner reuses its verdict bytes and the lookup would
 // cost each sampled call a driver call.
-// A runner's verdict bytes: the 32 of its fast entry's queue and a few of the Python layer's.
+// A runner's verdict bytes: the 32 of its verify queue, and a few more a caller hands itself.
 constexpr unsigned kKnownAddresses = 40;
 
 uint8_t *device_address_of(uint8_t *host) {

@@ -184,7 +184,7 @@ class Tallied(torch.nn.Module):
 def _over_sampled_calls(gf: GraphedForward, count: Callable[[], int], calls: int = 5) -> int:
     """How much `count` grew over `calls` sampled calls (each replays, and runs the forward
     eagerly once) after the capture and the first ones; the runner still enabled, its verdicts in
-    the fast entry's queue."""
+    the queue."""
     x = torch.ones(2, 4)
     for _ in range(3):
         gf(x)
@@ -265,7 +265,7 @@ def test_a_sampled_calls_eager_run_runs_the_forward_hooks_as_eager_does(sampled_
 
 
 def test_the_outputs_a_verdict_held_are_released_once_it_is_read(sampled_on_the_cpu):
-    """A flat tuple's tensors, held by the fast entry's queue until their verdict is read, are
+    """A flat tuple's tensors, held by the queue until their verdict is read, are
     freed after it (nothing kept beyond the queue)."""
     gf = sampled_on_the_cpu(FlatOutputs())
     x = torch.ones(2, 4)
@@ -558,7 +558,7 @@ def test_two_runners_on_two_threads_share_the_devices_jobs_with_every_verdict_ri
 
 @on_gpu
 def test_sampling_faster_than_the_device_answers_waits_and_stays_faithful():
-    """verify_every=1 on a forward the device takes longer for than the host: the fast entry's
+    """verify_every=1 on a forward the device takes longer for than the host: the
     queue fills (32 verdicts), waits for the device, and every call still returns eager's
     values."""
     module = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)]).cuda()
