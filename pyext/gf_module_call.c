@@ -9,9 +9,9 @@
  *
  * Why it stays, coupled to torch's private call path: on a 2-core x86 host (torch 2.14.1, a
  * Linear(4, 4) on the CPU, emulated backend, best of 5 runs of 100,000 calls) a sampled call
- * (verify_every=1) took 7.6-8.2 us with it and 8.7-9.7 us without it (torch's call taking its own
+ * (verify_every=1) took 7.6-8.3 us with it and 8.7-9.7 us without it (torch's call taking its own
  * shortest way), 1.0 to 1.5 us of the 5.6 to 6.2 a sampled call adds to a call not verified (2.0);
- * torch's call of the module took 5.3-5.5 us against 4.1-4.3 for its forward. The sampled-call
+ * torch's call of the module took 5.1-5.5 us against 4.1-4.3 for its forward. The sampled-call
  * row of bench/host_cost_only.py passed its bound by 0.7 to 2.0 us on an H100 host, so without it
  * that row would miss. What the coupling risks, a check torch adds that this copy skips, is held
  * by the tests that run hooks, a replaced _call_impl and torch's own call through a sampled call
