@@ -9,6 +9,7 @@
 #include "gf_cuda_compare.h"
 #include "gf_cuda_compare_jobs.h"
 #include "gf_cuda_copy.h"
+#include "gf_cuda_differs.cuh"
 #include "gf_cuda_stride.cuh"
 
 #include <cuda_runtime.h>
@@ -30,24 +31,7 @@ constexpr unsigned kMaxBlocksPerPair = 256;
 
 __device__ bool differs(const char *left, const char *right, unsigned long long bytes) {
   const gf_cuda_stride stride = gf_cuda_stride_of(left, right, bytes, kThreads);
-  if (stride.vectorised) {
-    const uint4 *left4 = reinterpret_cast<const uint4 *>(left);
-    const uint4 *right4 = reinterpret_cast<const uint4 *>(right);
-    for (unsigned long long i = stride.start; i < bytes / 16; i += stride.step) {
-      const uint4 a = left4[i];
-      const uint4 b = right4[i];
-      if (a.x != b.x || a.y != b.y || a.z != b.z || a.w != b.w) {
-        return true;
-      }
-    }
-    return false;
-  }
-  for (unsigned long long i = stride.start; i < bytes; i += stride.step) {
-    if (left[i] != right[i]) {
-      return true;
-    }
-  }
-  return false;
+  return gf_cuda_bytes_differ(left, right, 0, bytes, stride.start, stride.step, stride.vectorised);
 }
 
 template <int N>

@@ -6,6 +6,7 @@
 // zeroes both, clears the job's in-flight flag and writes the verdict. The host takes a job only
 // while that flag is clear, so no queued launch reads another comparison's pairs.
 #include "gf_cuda_compare_jobs.h"
+#include "gf_cuda_differs.cuh"
 
 #include <cuda_runtime.h>
 
@@ -83,24 +84,7 @@ __device__ bool chunk_differs(const char *left, const char *right, unsigned long
   const bool vectorised =
       ((reinterpret_cast<uintptr_t>(left) | reinterpret_cast<uintptr_t>(right) | from | to) &
        15u) == 0;
-  if (vectorised) {
-    const uint4 *left4 = reinterpret_cast<const uint4 *>(left + from);
-    const uint4 *right4 = reinterpret_cast<const uint4 *>(right + from);
-    for (unsigned long long i = threadIdx.x; i < (to - from) / 16; i += blockDim.x) {
-      const uint4 a = left4[i];
-      const uint4 b = right4[i];
-      if (a.x != b.x || a.y != b.y || a.z != b.z || a.w != b.w) {
-        return true;
-      }
-    }
-    return false;
-  }
-  for (unsigned long long i = from + threadIdx.x; i < to; i += blockDim.x) {
-    if (left[i] != right[i]) {
-      return true;
-    }
-  }
-  return false;
+  return gf_cuda_bytes_differ(left, right, from, to, threadIdx.x, blockDim.x, vectorised);
 }
 
 __global__ void gf_compare_job_kernel(CompareJob *job) {
