@@ -73,23 +73,6 @@ static int gf_reads_tensor(gf_reads *reads, PyObject *value) {
   return status;
 }
 
-/* A value a torch call was given: a tensor, or the tensors of a list or tuple (one level). */
-static int gf_reads_value(gf_reads *reads, PyObject *value) {
-  if (PyList_Check(value) || PyTuple_Check(value)) {
-    PyObject *items = PySequence_Fast(value, "");
-    if (items == NULL) {
-      return -1;
-    }
-    int status = 0;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items) && status == 0; ++i) {
-      status = gf_reads_tensor(reads, PySequence_Fast_GET_ITEM(items, i));
-    }
-    Py_DECREF(items);
-    return status;
-  }
-  return gf_reads_tensor(reads, value);
-}
-
 /* A tensor a torch call returned: made during the capture unless known or a candidate. */
 static int gf_reads_made(gf_reads *reads, PyObject *value) {
   PyObject *key = gf_storage_key(value, reads->device_type);
@@ -104,20 +87,22 @@ static int gf_reads_made(gf_reads *reads, PyObject *value) {
   return status < 0 ? -1 : 0;
 }
 
-static int gf_reads_result(gf_reads *reads, PyObject *result) {
-  if (PyList_Check(result) || PyTuple_Check(result)) {
-    PyObject *items = PySequence_Fast(result, "");
+/* `each` of a value a torch call was given or returned: a tensor, or each item of a list or tuple
+ * (one level; items that are no tensor are skipped by `each`). */
+static int gf_reads_each(gf_reads *reads, PyObject *value, int (*each)(gf_reads *, PyObject *)) {
+  if (PyList_Check(value) || PyTuple_Check(value)) {
+    PyObject *items = PySequence_Fast(value, "");
     if (items == NULL) {
       return -1;
     }
     int status = 0;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items) && status == 0; ++i) {
-      status = gf_reads_made(reads, PySequence_Fast_GET_ITEM(items, i));
+      status = each(reads, PySequence_Fast_GET_ITEM(items, i));
     }
     Py_DECREF(items);
     return status;
   }
-  return gf_reads_made(reads, result);
+  return each(reads, value);
 }
 
 /* note_reads(device_type, known, made, candidates, args, kwargs, result): one torch call of a
@@ -136,18 +121,18 @@ static PyObject *gf_note_reads(PyObject *self, PyObject *const *args, Py_ssize_t
   gf_reads reads = {(int)PyLong_AsLong(args[0]), args[1], args[2], args[3], NULL};
   int status = 0;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[4]) && status == 0; ++i) {
-    status = gf_reads_value(&reads, PyTuple_GET_ITEM(args[4], i));
+    status = gf_reads_each(&reads, PyTuple_GET_ITEM(args[4], i), gf_reads_tensor);
   }
   if (args[5] != Py_None) {
     Py_ssize_t position = 0;
     PyObject *name = NULL;
     PyObject *value = NULL;
     while (status == 0 && PyDict_Next(args[5], &position, &name, &value)) {
-      status = gf_reads_value(&reads, value);
+      status = gf_reads_each(&reads, value, gf_reads_tensor);
     }
   }
   if (status == 0) {
-    status = gf_reads_result(&reads, args[6]);
+    status = gf_reads_each(&reads, args[6], gf_reads_made);
   }
   if (status != 0) {
     Py_XDECREF(reads.found);

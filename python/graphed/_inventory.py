@@ -175,7 +175,6 @@ class _Reads:
     what remains then is (externals)."""
 
     def __init__(self, device_type: str, known: set[int]) -> None:
-        self.device_type = device_type
         self.device_code = _fastcall.device_type_code(device_type)
         self.known = known
         self.made: set[int] = set()
