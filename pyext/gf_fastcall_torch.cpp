@@ -100,6 +100,29 @@ extern "C" const void *gf_fastcall_torch_storage_on(PyObject *obj, int device_ty
   }
 }
 
+extern "C" void *gf_fastcall_torch_storage_weak(PyObject *obj, int device_type) {
+  try {
+    const c10::TensorImpl *impl = THPVariable_Unpack(obj).unsafeGetTensorImpl();
+    if ((device_type >= 0 && static_cast<int>(impl->device_type()) != device_type) ||
+        !impl->has_storage()) {
+      return nullptr;
+    }
+    return new c10::weak_intrusive_ptr<c10::StorageImpl>(
+        impl->unsafe_storage().getWeakStorageImpl());
+  } catch (...) {
+    return nullptr; // no storage torch will give, or no memory for the reference: not followed
+  }
+}
+
+extern "C" const void *gf_fastcall_torch_storage_weak_alive(void *weak) {
+  const auto *pointer = static_cast<const c10::weak_intrusive_ptr<c10::StorageImpl> *>(weak);
+  return pointer->expired() ? nullptr : pointer->_unsafe_get_target();
+}
+
+extern "C" void gf_fastcall_torch_storage_weak_free(void *weak) {
+  delete static_cast<c10::weak_intrusive_ptr<c10::StorageImpl> *>(weak);
+}
+
 extern "C" int gf_fastcall_torch_device_type(const char *name) {
   try {
     return static_cast<int>(c10::Device(std::string(name)).type());

@@ -50,6 +50,14 @@ int gf_fastcall_torch_describe(PyObject *obj, gf_tensor *out, const char **why);
  * tensor is on a device of type `device_type` (a c10::DeviceType; -1: any) and has a storage;
  * NULL otherwise. Never throws. */
 const void *gf_fastcall_torch_storage_on(PyObject *obj, int device_type);
+/* A weak reference to the StorageImpl of `obj` (a tensor) when gf_fastcall_torch_storage_on
+ * gives one, NULL otherwise: it keeps the StorageImpl's address from being reused and says
+ * whether the storage is still alive, without keeping its memory. Free it with
+ * gf_fastcall_torch_storage_weak_free. Never throws. */
+void *gf_fastcall_torch_storage_weak(PyObject *obj, int device_type);
+/* The storage's key (as gf_fastcall_torch_storage_on gives it) while it is alive, else NULL. */
+const void *gf_fastcall_torch_storage_weak_alive(void *weak);
+void gf_fastcall_torch_storage_weak_free(void *weak);
 /* The c10::DeviceType of a device type's name ("cuda", "xpu", "cpu"), or -1 for none. */
 int gf_fastcall_torch_device_type(const char *name);
 

@@ -1,10 +1,11 @@
-/* The capture inventory's work per tensor (graphed._inventory), in C: while a capture's forward
- * runs, every torch call passes here what it read and made, and a storage's key is asked of each
- * tensor. Written in Python (a storage object made per tensor, three set lookups, a frame per
- * value), that bookkeeping was most of what the mode added to a capture: on this project's
- * 2-core CPU host, 13 us of the 27 us a torch call of a small Linear/GELU chain took under the
- * capture's mode, against 14 us eager; the C walk here leaves the mode's own call. Python keeps
- * what is rare: naming a new candidate (where it was read, which global holds it). */
+/* The capture inventory's work per tensor (graphed._inventory), in C: while the run that records
+ * a capture's reads goes (the capture itself, or one run before it), every torch call passes here
+ * what it read and made, and a storage's key is asked of each tensor. Written in Python (a storage
+ * object made per tensor, three set lookups, a frame per value), that bookkeeping was most of what
+ * the mode added to a capture: on this project's 2-core CPU host, 13 us of the 27 us a torch call
+ * of a small Linear/GELU chain took under the capture's mode, against 14 us eager; the C walk here
+ * leaves the mode's own call. Python keeps what is rare: naming a new candidate (where it was read,
+ * which global holds it). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -21,12 +22,56 @@ static PyObject *gf_storage_key(PyObject *value, int device_type) {
   return storage != NULL ? PyLong_FromVoidPtr((void *)storage) : NULL;
 }
 
+/* What a run recorded for the capture after it made (Note [One recorded run per capture],
+ * graphed._phases): a weak reference to each storage it made, so that the storages still alive
+ * once it returned (a cache the forward keeps) can be counted. */
+typedef struct gf_made_watch {
+  size_t count;
+  size_t capacity;
+  void **weak; /* gf_fastcall_torch_storage_weak references */
+} gf_made_watch;
+
+static const char GF_MADE_WATCH[] = "graphed.made_watch";
+
+static void gf_made_watch_free(PyObject *capsule) {
+  gf_made_watch *watch = PyCapsule_GetPointer(capsule, GF_MADE_WATCH);
+  if (watch == NULL) {
+    PyErr_Clear();
+    return;
+  }
+  for (size_t i = 0; i < watch->count; ++i) {
+    gf_fastcall_torch_storage_weak_free(watch->weak[i]);
+  }
+  PyMem_Free(watch->weak);
+  PyMem_Free(watch);
+}
+
+/* Follows the storage of `value` (a tensor on `device_type`); 0, or -1 with MemoryError. */
+static int gf_made_watch_add(gf_made_watch *watch, PyObject *value, int device_type) {
+  if (watch->count == watch->capacity) {
+    size_t capacity = watch->capacity ? 2 * watch->capacity : 256;
+    void **grown = PyMem_Realloc(watch->weak, capacity * sizeof(void *));
+    if (grown == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    watch->weak = grown;
+    watch->capacity = capacity;
+  }
+  void *weak = gf_fastcall_torch_storage_weak(value, device_type);
+  if (weak != NULL) {
+    watch->weak[watch->count++] = weak;
+  }
+  return 0;
+}
+
 typedef struct gf_reads {
   int device_type;
   PyObject *known;      /* set: inputs and what the module's watch follows */
   PyObject *made;       /* set: made during the capture by a torch function */
   PyObject *candidates; /* dict: candidate externals, by key */
   PyObject *found;      /* list of (key, tensor) new candidates of this call, made when needed */
+  gf_made_watch *watch; /* NULL, or where what is made is also followed */
 } gf_reads;
 
 /* 1 when `key` is in known, made or candidates (or already found in this call), 0 if not, -1
@@ -83,6 +128,9 @@ static int gf_reads_made(gf_reads *reads, PyObject *value) {
   if (status == 0) {
     status = PySet_Add(reads->made, key);
   }
+  if (status == 0 && reads->watch != NULL) {
+    status = gf_made_watch_add(reads->watch, value, reads->device_type);
+  }
   Py_DECREF(key);
   return status < 0 ? -1 : 0;
 }
@@ -105,20 +153,28 @@ static int gf_reads_each(gf_reads *reads, PyObject *value, int (*each)(gf_reads 
   return each(reads, value);
 }
 
-/* note_reads(device_type, known, made, candidates, args, kwargs, result): one torch call of a
- * capture. Notes in `made` the storages its results made, and returns the (key, tensor) pairs of
- * the tensors it read that are new candidates (in the order read), or None when there are none:
- * graphed._inventory._Reads.note. */
+/* note_reads(device_type, known, made, candidates, args, kwargs, result, watch=None): one torch
+ * call of a capture. Notes in `made` (and in `watch`, a made_watch(), when given) the storages
+ * its results made, and returns the (key, tensor) pairs of the tensors it read that are new
+ * candidates (in the order read), or None when there are none: graphed._inventory._Reads.note. */
 static PyObject *gf_note_reads(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   (void)self;
-  if (nargs != 7 || !PyLong_Check(args[0]) || !PyAnySet_Check(args[1]) ||
+  gf_made_watch *watch = NULL;
+  if (nargs == 8 && args[7] != Py_None) {
+    watch = PyCapsule_GetPointer(args[7], GF_MADE_WATCH);
+    if (watch == NULL) {
+      return NULL;
+    }
+  }
+  if (nargs < 7 || nargs > 8 || !PyLong_Check(args[0]) || !PyAnySet_Check(args[1]) ||
       !PyAnySet_Check(args[2]) || !PyDict_Check(args[3]) || !PyTuple_Check(args[4]) ||
       (args[5] != Py_None && !PyDict_Check(args[5]))) {
-    PyErr_SetString(PyExc_TypeError, "note_reads(device_type: int, known: set, made: set, "
-                                     "candidates: dict, args: tuple, kwargs: dict | None, result)");
+    PyErr_SetString(PyExc_TypeError,
+                    "note_reads(device_type: int, known: set, made: set, candidates: dict, "
+                    "args: tuple, kwargs: dict | None, result, watch=None)");
     return NULL;
   }
-  gf_reads reads = {(int)PyLong_AsLong(args[0]), args[1], args[2], args[3], NULL};
+  gf_reads reads = {(int)PyLong_AsLong(args[0]), args[1], args[2], args[3], NULL, watch};
   int status = 0;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[4]) && status == 0; ++i) {
     status = gf_reads_each(&reads, PyTuple_GET_ITEM(args[4], i), gf_reads_tensor);
@@ -184,6 +240,50 @@ static PyObject *gf_storage_keys(PyObject *self, PyObject *const *args, Py_ssize
   return keys;
 }
 
+/* made_watch(): an empty record of what a run makes, for note_reads and survivors. */
+static PyObject *gf_made_watch_new(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  gf_made_watch *watch = PyMem_Calloc(1, sizeof(gf_made_watch));
+  if (watch == NULL) {
+    return PyErr_NoMemory();
+  }
+  PyObject *capsule = PyCapsule_New(watch, GF_MADE_WATCH, gf_made_watch_free);
+  if (capsule == NULL) {
+    PyMem_Free(watch);
+  }
+  return capsule;
+}
+
+/* survivors(watch, excluded): how many storages the watch followed are still alive, leaving out
+ * those whose keys the set `excluded` holds (the run's outputs). */
+static PyObject *gf_survivors(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != 2 || !PyAnySet_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "survivors(watch, excluded: set)");
+    return NULL;
+  }
+  gf_made_watch *watch = PyCapsule_GetPointer(args[0], GF_MADE_WATCH);
+  if (watch == NULL) {
+    return NULL;
+  }
+  Py_ssize_t alive = 0;
+  for (size_t i = 0; i < watch->count; ++i) {
+    const void *storage = gf_fastcall_torch_storage_weak_alive(watch->weak[i]);
+    if (storage == NULL) {
+      continue;
+    }
+    PyObject *key = PyLong_FromVoidPtr((void *)storage);
+    int excluded = key != NULL ? PySet_Contains(args[1], key) : -1;
+    Py_XDECREF(key);
+    if (excluded < 0) {
+      return NULL;
+    }
+    alive += excluded == 0;
+  }
+  return PyLong_FromSsize_t(alive);
+}
+
 /* device_type_code(name): the c10::DeviceType number of a device type's name ("cuda"). */
 static PyObject *gf_device_type_code(PyObject *self, PyObject *name) {
   (void)self;
@@ -207,6 +307,10 @@ static PyMethodDef gf_inventory_reads_methods[] = {
      "One torch call of a capture: the new candidate externals it read (graphed._inventory)."},
     {"storage_keys", (PyCFunction)(void (*)(void))gf_storage_keys, METH_FASTCALL,
      "The keys of the storages of an iterable's tensors, as the capture's inventory sorts them."},
+    {"made_watch", gf_made_watch_new, METH_NOARGS,
+     "An empty record of the storages a run makes, which note_reads fills and survivors reads."},
+    {"survivors", (PyCFunction)(void (*)(void))gf_survivors, METH_FASTCALL,
+     "How many storages a made_watch followed are still alive, leaving out a set of keys."},
     {"device_type_code", gf_device_type_code, METH_O,
      "The number torch gives a device type's name, as note_reads and storage_keys take it."},
     {NULL, NULL, 0, NULL},

@@ -1,5 +1,6 @@
 /* The capture inventory's functions of _graphed_fastcall (gf_inventory_reads.c): note_reads,
- * storage_keys and device_type_code, which graphed._inventory calls per torch call and tensor. */
+ * made_watch, survivors, storage_keys and device_type_code, which graphed._inventory calls per
+ * torch call and tensor. */
 #ifndef GF_INVENTORY_READS_H
 #define GF_INVENTORY_READS_H
 

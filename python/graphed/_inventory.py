@@ -20,16 +20,23 @@ tensor (`torch.tensor(..., device=)` and indexing by a Python list copy below an
   from random numbers or the clock) fails the capture, naming where it was copied. A capture
   without a warm-up before it (warmup_iters=0, not the runner's first) cannot be compared:
   verify mode catches such a value.
-- The capture records each device tensor passed to torch whose storage is neither an input's, a
-  tensor the module's watch follows, a keep_alive tensor's nor one made during the capture: an
+- One run records each device tensor passed to torch whose storage is neither an input's, a
+  tensor the module's watch follows, a keep_alive tensor's nor one made during that run: an
   external. The core holds each weakly and, before a replay, drops the graph and captures again
   when one was freed (an INFO line names it); the runner warns once, at the first capture that
-  found any, which ones and where they were read.
+  found any, which ones and where they were read. The run that records is the first run before
+  the capture (the sync probe, or a later key's warm-up), which the capture then follows without
+  the mode, unless something that run made outlived it (a cache the forward keeps, which the
+  capture would read from outside), it staged a host constant, or the forward runs compiled
+  code: then the capture records its own reads, under the mode (Note [One recorded run per
+  capture], graphed._phases).
 
 What it cannot see: a tensor that only C++ code reaches (a C++ extension's own state), and an
 external re-bound while the old tensor stays alive elsewhere, which the graph keeps reading
-(docs/api.md, "What a forward may do"). The mode costs Python time per torch call in the runs
-before a capture (never on a replay); docs/benchmarks.md gives the first call's figures.
+(docs/api.md, "What a forward may do"), and a cache kept by code no torch function shows (a
+C++ extension's op) that each run replaces: the capture reads the warm-up's, which no run
+recorded. The mode costs Python time per torch call in the runs before a capture (never on a
+replay); docs/benchmarks.md gives the first call's figures.
 """
 
 from __future__ import annotations
@@ -167,18 +174,27 @@ class Staging:
 
 
 class _Reads:
-    """The device tensors one capture reads, sorted by storage: `known` (inputs and what the
-    module's watch follows), made during the capture by a torch function, or a candidate
+    """The device tensors read by the run that records a capture's reads, sorted by storage:
+    `known` (inputs and what the module's watch follows), made during that run by a torch
+    function, or a candidate
     external. A candidate is held weakly (its storage, and the tensor or the base of the view
     that was read): one made where no torch function shows it (the buffers of code torch.compile
     generated) is gone once the forward returns, and the forward's outputs are not external;
     what remains then is (externals)."""
 
-    def __init__(self, device_type: str, known: set[int]) -> None:
+    def __init__(self, device_type: str, known: set[int], before_capture: bool) -> None:
         self.device_code = _fastcall.device_type_code(device_type)
         self.known = known
         self.made: set[int] = set()
         self.candidates: dict[int, tuple[StorageWeakRef, weakref.ref, str]] = {}
+        # A run before the capture also follows what it makes, weakly: survivors() counts what
+        # outlived it.
+        self.made_watch = _fastcall.made_watch() if before_capture else None
+
+    def survivors(self, outputs: list[torch.Tensor]) -> int:
+        """How many storages this run made are alive after it returned, its outputs left out
+        (a run before the capture only)."""
+        return _fastcall.survivors(self.made_watch, storages(outputs))
 
     def externals(self, outputs: list[torch.Tensor]) -> list[tuple[torch.Tensor, str]]:
         """The candidates still alive after the forward returned that are not its outputs'."""
@@ -194,7 +210,14 @@ class _Reads:
         """One torch call of the capture: what it read, and what it made (the walk over its
         tensors is the extension's, pyext/gf_inventory_reads.c; a new candidate is named here)."""
         found = _fastcall.note_reads(
-            self.device_code, self.known, self.made, self.candidates, args, kwargs, result
+            self.device_code,
+            self.known,
+            self.made,
+            self.candidates,
+            args,
+            kwargs,
+            result,
+            self.made_watch,
         )
         if found is not None:
             for key, value in found:
@@ -217,13 +240,17 @@ class _Reads:
 
 class InventoryMode(TorchFunctionMode):
     """Active while the core runs a forward before or for a capture (see the module docstring):
-    stages host constants on the way to `device_type`, and, for the capture, records its reads."""
+    stages host constants on the way to `device_type`, and, in the run that records them (`reads`),
+    records its reads."""
 
-    def __init__(self, device_type: str, staging: Staging, reads: _Reads | None) -> None:
+    def __init__(
+        self, device_type: str, staging: Staging, reads: _Reads | None, capturing: bool
+    ) -> None:
         super().__init__()
         self.device_type = device_type
         self.staging = staging
         self.reads = reads
+        self.capturing = capturing
         self.stages = device_type != "cpu"  # a copy to the CPU never synchronizes
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -249,7 +276,7 @@ class InventoryMode(TorchFunctionMode):
         before = staging.previous[n][0] if n < len(staging.previous) else None
         if before is not None and _same_bytes(before, host):
             pinned = before
-        elif before is not None and self.reads is not None and before.shape == host.shape:
+        elif before is not None and self.capturing and before.shape == host.shape:
             raise RuntimeError(
                 f"graphed: the host tensor ({_describe(host)}) the forward copies to the device "
                 f"at {where} differs between runs of one key before its capture (made from "
@@ -386,12 +413,12 @@ class Inventory:
         # host constant pays for the mode in two runs of its first capture and one of a later.
         self.stages_constants = False
 
-    def mode(self, key: Any, known: set[int] | None) -> InventoryMode:
-        """The mode for one run before a capture (known is None) or for the capture (the
-        storages of its inputs and of what the watch follows)."""
-        self.staging.begin(key, capturing=known is not None)
-        reads = _Reads(self.device_type, known) if known is not None else None
-        return InventoryMode(self.device_type, self.staging, reads)
+    def mode(self, key: Any, known: set[int] | None, capturing: bool) -> InventoryMode:
+        """The mode for one run before a capture or for the capture, which records its reads
+        when `known` (the storages of its inputs and of what the watch follows) is given."""
+        self.staging.begin(key, capturing)
+        reads = _Reads(self.device_type, known, not capturing) if known is not None else None
+        return InventoryMode(self.device_type, self.staging, reads, capturing)
 
     def end_run(self) -> list[tuple[torch.Tensor, str]]:
         """After a run under the mode that returned: its staged buffers become the next run's
@@ -403,23 +430,25 @@ class Inventory:
 
     def finish_capture(
         self,
-        mode: InventoryMode,
+        reads: _Reads,
         call_state: Any,
         inputs: list[torch.Tensor],
         outputs: list[torch.Tensor],
     ) -> None:
-        """After the capture's forward returned (given its inputs and outputs): its record goes
-        to the core (CallState.record_inventory) and to records, and is said once."""
+        """After the capture's forward returned (given the reads recorded for it, its inputs and
+        outputs): its record goes to the core (CallState.record_inventory) and to records, and
+        is said once."""
+        key = self.staging.key
         staged = self.end_run()
-        externals = mode.reads.externals(outputs)
+        externals = reads.externals(outputs)
         shapes = ", ".join(_describe(tensor) for tensor in inputs)
         record = {
             "shapes": shapes,
             "externals": [name for _, name in externals],
             "staged": [f"{_describe(t)} copied at {where}" for t, where in staged],
         }
-        self.records[(mode.staging.key, shapes)] = record
-        self.records.move_to_end((mode.staging.key, shapes))
+        self.records[(key, shapes)] = record
+        self.records.move_to_end((key, shapes))
         while len(self.records) > _RECORDS_KEPT:
             self.records.popitem(last=False)
         call_state.record_inventory(

@@ -32,8 +32,22 @@ A synchronization made while torch.compile compiles a frame the forward reached 
 compiler's, not the forward's, and is not counted (graphed._compiled says why and what else a
 runner over compiled code does).
 
+Note [One recorded run per capture]: a capture's inventory (graphed._inventory) is recorded by
+one run under the InventoryMode, a TorchFunctionMode whose own cost per torch call (about 2 us on
+a 2-core x86 host, whatever the mode does) was most of what the inventory added to a first call
+when the probe and the capture both ran under it. The first run before a capture (the sync
+probe, or a later key's warm-up) records the reads, and follows weakly what it makes; the
+capture then runs without the mode and takes that record, unless the record cannot stand for it:
+something the recording run made outlived it (a cache the forward keeps in a global or an
+attribute, which the capture would read from outside), a run staged a host constant (the capture
+stages its own), or the forward runs compiled code (whose frames are guarded on the mode). Then
+the capture records its own reads under the mode, as every capture did before. The record is
+the capture's own for everything else: the warm-ups and the capture run on the same static
+inputs, with the state put back between them.
+
 What one runner's forwards carry from one run to the next (the warm-ups' snapshot, the templates
-of the runs before a capture, whether a lost change was named) is a `ForwardRuns`, one per
+of the runs before a capture, the reads recorded for the capture, whether a lost change was
+named) is a `ForwardRuns`, one per
 GraphedForward and not per thread: its forward operator runs only under the runner's lock (the
 core holds it for the probe, the warm-ups, the capture and an eager run; the dispatched path for
 a traced call), so no two of its runs overlap, on any thread.
@@ -293,6 +307,10 @@ class ForwardRuns:
         self.inventory = Inventory(name, device_type)
         # The capture whose forward returned and whose inventory waits for its outputs.
         self.capture_in_flight: tuple[Any, list[torch.Tensor]] | None = None
+        # The reads the first run before a capture recorded (Note [One recorded run per capture]),
+        # and whether the capture may take them: None until that run returned.
+        self.recorded: Any = None
+        self.recorded_stands: bool | None = None
         self.snapshot: _Snapshot | None = None
         self.templates: list[Any] | None = None
         self.side_effects_named = False
@@ -311,40 +329,39 @@ class ForwardRuns:
         cannot be put back is named (name_side_effects), and a warm-up that changed nothing says
         so to the core (kept_state). A capture, an eager run (after a failed probe) or a forward
         that raised ends it, so that the next capture's warm-ups copy the state as it is then.
-        The probe and the capture run under the runner's InventoryMode (graphed._inventory), the
-        warm-ups too once a run staged a host constant: host constants staged, and the capture's
-        reads recorded."""
+        The first run before a capture runs under the InventoryMode (graphed._inventory) and
+        records the capture's reads (Note [One recorded run per capture]); the other warm-ups
+        do once a run staged a host constant or the forward runs compiled code."""
+        inventory = self.inventory
         if phase == PHASE_EAGER:
-            self.snapshot = None
+            self.snapshot = self.recorded = None
             yield
             return
-        known = None
         if phase == PHASE_CAPTURE:
-            kept = state()
-            parameters = (tensor for _, tensor in kept.parameters)
-            known = storages(itertools.chain(inputs, kept.restored, parameters, kept.watched))
-        if phase != PHASE_CAPTURE and self.snapshot is None and not self.compiled:
+            with self._capturing(state, inputs):
+                yield
+            return
+        if self.snapshot is None and not self.compiled:
             # Before a capture's runs: at the first, and after anything compiled since the last.
             frames = frames_compiled()
             if frames is None or frames != self.frames_looked_at:
                 self.frames_looked_at = frames
                 self.compiled = holds_compiled_code(self.module)
-        inventory = self.inventory
+        # The first run before a capture records its reads (Note [One recorded run per capture]).
+        records = self.snapshot is None
+        known = None
+        if records:
+            kept = state()
+            self.snapshot = _Snapshot(kept)
+            known = self._known(kept, inputs)
+            self.recorded = None
         # A runner over compiled code warms up under the mode too: Dynamo guards on the stack of
         # torch function modes, and a warm-up without the capture's mode would compile a frame
         # the capture could not use, so the capture would compile again (graphed._compiled).
-        staged = phase != PHASE_WARMUP or inventory.stages_constants or self.compiled
-        mode = inventory.mode(self.call_state.key, known) if staged else contextlib.nullcontext()
-        if phase == PHASE_CAPTURE:
-            self.snapshot = None
-            with mode:
-                yield
-            # Finished with the forward's outputs (check_template), which are not external.
-            self.capture_in_flight = mode, inputs
-            return
+        staged = records or phase != PHASE_WARMUP or inventory.stages_constants or self.compiled
+        key = self.call_state.key
+        mode = inventory.mode(key, known, capturing=False) if staged else contextlib.nullcontext()
         snapshot = self.snapshot
-        if snapshot is None:
-            snapshot = self.snapshot = _Snapshot(state())
         outer = getattr(_local, "as_if_capturing", False)
         _local.as_if_capturing = True
         try:
@@ -358,8 +375,10 @@ class ForwardRuns:
                     yield
             if staged:
                 inventory.end_run()
+            if records:
+                self.recorded, self.recorded_stands = mode.reads, None
         except BaseException:
-            self.snapshot = None
+            self.snapshot = self.recorded = None
             raise
         finally:
             _local.as_if_capturing = outer
@@ -371,6 +390,39 @@ class ForwardRuns:
                 self.name_side_effects(changed)
         if unseen_by_watch and not put_back and not changed:
             self.kept_state()
+
+    @contextlib.contextmanager
+    def _capturing(
+        self, state: Callable[[], StateToKeep], inputs: list[torch.Tensor]
+    ) -> Iterator[None]:
+        """The capture's forward: without the mode where the run before it recorded the reads
+        and that record stands, else under the mode, recording its own (Note [One recorded run
+        per capture]); its inventory is finished with its outputs (check_template)."""
+        inventory = self.inventory
+        self.snapshot = None
+        recorded, self.recorded = self.recorded, None
+        key = self.call_state.key
+        if (
+            recorded is not None
+            and self.recorded_stands
+            and not inventory.stages_constants
+            and not self.compiled
+        ):
+            inventory.staging.begin(key, capturing=True)
+            yield
+            self.capture_in_flight = recorded, inputs
+            return
+        mode = inventory.mode(key, self._known(state(), inputs), capturing=True)
+        with mode:
+            yield
+        self.capture_in_flight = mode.reads, inputs
+
+    @staticmethod
+    def _known(kept: StateToKeep, inputs: list[torch.Tensor]) -> set[int]:
+        """What a capture's inventory counts as neither made nor external: the storages of the
+        inputs and of the state the watch follows."""
+        parameters = (tensor for _, tensor in kept.parameters)
+        return storages(itertools.chain(inputs, kept.restored, parameters, kept.watched))
 
     def kept_state(self) -> None:
         """Tells the core that the warm-up that just ran changed nothing: it may answer the
@@ -406,9 +458,12 @@ class ForwardRuns:
         outputs (graphed._inventory)."""
         in_flight, self.capture_in_flight = self.capture_in_flight, None
         if in_flight is not None and phase == PHASE_CAPTURE:
-            mode, inputs = in_flight
-            self.inventory.finish_capture(mode, self.call_state, inputs, outputs)
+            reads, inputs = in_flight
+            self.inventory.finish_capture(reads, self.call_state, inputs, outputs)
         if phase in (PHASE_PROBE, PHASE_WARMUP):
+            if self.recorded is not None and self.recorded_stands is None:
+                # The run that recorded the reads: whether anything it made outlived it.
+                self.recorded_stands = self.recorded.survivors(outputs) == 0
             if self.templates is None:
                 self.templates = []
             self.templates.append(template)

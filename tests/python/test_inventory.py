@@ -24,7 +24,7 @@ import graphed
 import pytest
 import torch
 from _gpu import on_gpu
-from graphed import GraphedForward
+from graphed import GraphedForward, _phases
 from torch.utils._python_dispatch import TorchDispatchMode
 
 TABLE = torch.ones(4)
@@ -111,6 +111,85 @@ def test_externals_freed_before_every_replay_disable_the_runner(emulated_backend
     assert not stats["enabled"] and stats["disabled_cause"] == "recapture_limit", stats
     assert stats["stale_drops"] == 8
     assert "register them as buffers" in stats["disabled_reason"]
+
+
+# A cache the forward fills on its first run and reads from then on (as functools.lru_cache or a
+# module-level dict of tables does): made by the run that records the capture's reads, it is
+# read by the capture from outside.
+_CACHE: dict = {}
+_CACHE_FILL = [1.0]
+
+
+class KeepsACache(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(4, 4)
+        self.modes_at_capture: list[list[str]] = []
+
+    def forward(self, x):
+        if int(torch.ops.graphed.forward_phase()) == _phases.PHASE_CAPTURE:
+            stack = torch.overrides._get_current_function_mode_stack()
+            self.modes_at_capture.append([type(mode).__name__ for mode in stack])
+        table = _CACHE.get(x.shape[-1])
+        if table is None:
+            table = _CACHE[x.shape[-1]] = torch.full((x.shape[-1],), _CACHE_FILL[0])
+        return self.linear(x) + table
+
+
+class ReadsAGlobalAtCapture(ReadsAGlobal):
+    def __init__(self) -> None:
+        super().__init__()
+        self.modes_at_capture: list[list[str]] = []
+
+    def forward(self, x):
+        if int(torch.ops.graphed.forward_phase()) == _phases.PHASE_CAPTURE:
+            stack = torch.overrides._get_current_function_mode_stack()
+            self.modes_at_capture.append([type(mode).__name__ for mode in stack])
+        return super().forward(x)
+
+
+def test_the_capture_takes_the_reads_its_probe_recorded(emulated_backend):
+    """Note [One recorded run per capture]: the probe recorded what the forward reads and
+    nothing it made outlived it, so the capture runs without the mode; the global it read is
+    still an external, and a re-bind is still captured again."""
+    _rebind_global(torch.ones(4))
+    module = ReadsAGlobalAtCapture()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend, churn_limit=0)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        torch.testing.assert_close(gf(x=x), _eager(module, x=x), rtol=0, atol=0)
+    gf(x=torch.randn(3, 4))  # a later key: its warm-up records, its capture takes the record
+    assert module.modes_at_capture == [[], []]
+    assert gf.stats()["externals"] == 2  # the global, once per graph
+    _rebind_global(torch.full((4,), 1e6))
+    gc.collect()
+    torch.testing.assert_close(gf(x=x), _eager(module, x=x), rtol=0, atol=0)
+    assert gf.stats()["stale_drops"] == 1
+
+
+def test_a_cache_made_before_the_capture_is_an_external_of_it(emulated_backend):
+    """What the probe made and kept (a cache) outlived it: the capture records its own reads,
+    under the mode, and finds the cached table as an external; freed and made again with other
+    values, the graph is captured again and the call gives eager's result."""
+    _CACHE.clear()
+    _CACHE_FILL[0] = 1.0
+    module = KeepsACache()
+    gf = GraphedForward(module, device="cpu", backend=emulated_backend)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        torch.testing.assert_close(gf(x=x), _eager(module, x=x), rtol=0, atol=0)
+    assert module.modes_at_capture == [["InventoryMode"]]
+    assert gf.stats()["externals"] == 1
+    (record,) = graphed.inventory(gf)
+    assert record["externals"][0].startswith("a float32[4] tensor read at ")
+    _CACHE.clear()
+    _CACHE_FILL[0] = 5.0
+    gc.collect()
+    torch.testing.assert_close(gf(x=x), _eager(module, x=x), rtol=0, atol=0)
+    torch.testing.assert_close(gf(x=x), _eager(module, x=x), rtol=0, atol=0)
+    assert gf.stats()["stale_drops"] == 1
+    _CACHE.clear()
 
 
 class HoldsItsState(torch.nn.Module):
