@@ -204,8 +204,12 @@ if ! venv_complete; then
   fi
   log "pip install torch==$TORCH_VERSION pytest numpy ruff scikit-build-core" \
     "(torch is large: a few minutes)"
-  run_logged "$LOGS/pip-install.log" "$VENV/bin/python" -m pip install --disable-pip-version-check \
-    --no-cache-dir "torch==$TORCH_VERSION" pytest numpy ruff scikit-build-core
+  # torch is asked for by release, so a machine-wide pip constraint file that caps it (at the
+  # release a machine keeps on its disk, say) would refuse the newer one a second virtualenv
+  # exists for: this call follows no constraint file.
+  run_logged "$LOGS/pip-install.log" env PIP_CONSTRAINT=/dev/null "$VENV/bin/python" -m pip install \
+    --disable-pip-version-check --no-cache-dir "torch==$TORCH_VERSION" pytest numpy ruff \
+    scikit-build-core
   venv_complete || die "the packages in $VENV are still incomplete after pip install"
 fi
 
