@@ -22,9 +22,9 @@ static PyObject *gf_storage_key(PyObject *value, int device_type) {
   return storage != NULL ? PyLong_FromVoidPtr((void *)storage) : NULL;
 }
 
-/* What a run recorded for the capture after it made (Note [One recorded run per capture],
- * graphed._phases): a weak reference to each storage it made, so that the storages still alive
- * once it returned (a cache the forward keeps) can be counted. */
+/* What the run that records a capture's reads made (Note [One recorded run per capture],
+ * graphed._phases): a weak reference to each storage, so that those still alive once the run
+ * returned (a cache the forward keeps) can be counted. */
 typedef struct gf_made_watch {
   size_t count;
   size_t capacity;

@@ -176,11 +176,10 @@ class Staging:
 class _Reads:
     """The device tensors read by the run that records a capture's reads, sorted by storage:
     `known` (inputs and what the module's watch follows), made during that run by a torch
-    function, or a candidate
-    external. A candidate is held weakly (its storage, and the tensor or the base of the view
-    that was read): one made where no torch function shows it (the buffers of code torch.compile
-    generated) is gone once the forward returns, and the forward's outputs are not external;
-    what remains then is (externals)."""
+    function, or a candidate external. A candidate is held weakly (its storage, and the tensor or
+    the base of the view that was read): one made where no torch function shows it (the buffers
+    of code torch.compile generated) is gone once the forward returns, and the forward's outputs
+    are not external; what remains then is (externals)."""
 
     def __init__(self, device_type: str, known: set[int], before_capture: bool) -> None:
         self.device_code = _fastcall.device_type_code(device_type)

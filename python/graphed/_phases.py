@@ -348,17 +348,16 @@ class ForwardRuns:
                 self.frames_looked_at = frames
                 self.compiled = holds_compiled_code(self.module)
         # The first run before a capture records its reads (Note [One recorded run per capture]).
-        records = self.snapshot is None
-        known = None
-        if records:
-            kept = state()
-            self.snapshot = _Snapshot(kept)
-            known = self._known(kept, inputs)
-            self.recorded = None
+        known = self._first_run_before_capture(state, inputs) if self.snapshot is None else None
         # A runner over compiled code warms up under the mode too: Dynamo guards on the stack of
         # torch function modes, and a warm-up without the capture's mode would compile a frame
         # the capture could not use, so the capture would compile again (graphed._compiled).
-        staged = records or phase != PHASE_WARMUP or inventory.stages_constants or self.compiled
+        staged = (
+            known is not None
+            or phase != PHASE_WARMUP
+            or inventory.stages_constants
+            or self.compiled
+        )
         key = self.call_state.key
         mode = inventory.mode(key, known, capturing=False) if staged else contextlib.nullcontext()
         snapshot = self.snapshot
@@ -375,7 +374,7 @@ class ForwardRuns:
                     yield
             if staged:
                 inventory.end_run()
-            if records:
+            if known is not None:
                 self.recorded, self.recorded_stands = mode.reads, None
         except BaseException:
             self.snapshot = self.recorded = None
@@ -390,6 +389,19 @@ class ForwardRuns:
                 self.name_side_effects(changed)
         if unseen_by_watch and not put_back and not changed:
             self.kept_state()
+
+    def _first_run_before_capture(
+        self, state: Callable[[], StateToKeep], inputs: list[torch.Tensor]
+    ) -> set[int] | None:
+        """Takes the snapshot the capture's warm-ups put back; returns the storages the run
+        records the capture's reads against (_known), or None where the capture will record its
+        own anyway (a host constant staged, compiled code)."""
+        kept = state()
+        self.snapshot = _Snapshot(kept)
+        self.recorded = None
+        if self.inventory.stages_constants or self.compiled:
+            return None
+        return self._known(kept, inputs)
 
     @contextlib.contextmanager
     def _capturing(
