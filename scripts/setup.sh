@@ -63,6 +63,12 @@ if [[ -n ${GRAPHED_SETUP_TORCH:-} ]]; then
   LOGS=$ROOT/build/torch-$TORCH_VERSION/setup-logs
 fi
 
+# The pip calls below that install torch, or packages beside it, name its release (TORCH_VERSION),
+# so a machine-wide pip constraint file that caps torch (at the release a machine keeps on its
+# disk, say) would refuse the newer one a second virtualenv exists for, and the nvcc wheels pinned
+# beside it: they follow no constraint file.
+export PIP_CONSTRAINT=/dev/null
+
 mkdir -p "$LOGS"
 # Where the logs were before build/setup-logs.
 rm -f "$ROOT/build/setup-build.log" "$ROOT/build/setup-install.log" "$VENV"/pip-install*.log
@@ -204,12 +210,8 @@ if ! venv_complete; then
   fi
   log "pip install torch==$TORCH_VERSION pytest numpy ruff scikit-build-core" \
     "(torch is large: a few minutes)"
-  # torch is asked for by release, so a machine-wide pip constraint file that caps it (at the
-  # release a machine keeps on its disk, say) would refuse the newer one a second virtualenv
-  # exists for: this call follows no constraint file.
-  run_logged "$LOGS/pip-install.log" env PIP_CONSTRAINT=/dev/null "$VENV/bin/python" -m pip install \
-    --disable-pip-version-check --no-cache-dir "torch==$TORCH_VERSION" pytest numpy ruff \
-    scikit-build-core
+  run_logged "$LOGS/pip-install.log" "$VENV/bin/python" -m pip install --disable-pip-version-check \
+    --no-cache-dir "torch==$TORCH_VERSION" pytest numpy ruff scikit-build-core
   venv_complete || die "the packages in $VENV are still incomplete after pip install"
 fi
 
