@@ -322,3 +322,41 @@ def test_gpu_regions_over_blocks_compiled_in_place_replay_what_compile_computes(
     for region in runner._regions.regions:
         stats = region.runner.stats()
         assert stats["enabled"] and stats["captures"] == 1 and stats["replays"] >= 1, stats
+
+
+def test_compiled_code_runs_outside_graphed_s_mode_as_compile_alone_runs_it(emulated_backend):
+    """A block compiled in place is entered, in graphed's runs, with graphed's InventoryMode lifted
+    off the stack: Dynamo traces and guards it as it does without graphed, so calling the model
+    outside the runner afterwards compiles nothing again (the same code, bitwise what graphed
+    replays), while the read of a global outside the compiled block is still found."""
+    torch.manual_seed(0)
+    model = _ReadsAGlobalAroundACompiledBlock().eval()
+    backend = CompilingBackend()
+    model.block.compile(backend=backend, dynamic=False)
+    runner = GraphedForward(model, device="cpu", backend=emulated_backend, regions=False)
+    x, scale = torch.randn(4, 16), torch.tensor(0.5)  # the emulated backend replays its capture
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(runner(x=x, scale=scale), model(x, scale))
+        assert backend.phases == [_phases.PHASE_PROBE], backend.phases  # compiled once, only
+        stats = runner.stats()
+        assert stats["enabled"], stats["disabled_reason"]
+        assert (stats["captures"], stats["eager_calls"]) == (1, 0), stats
+        global _OFFSET
+        _OFFSET = torch.full((16,), 2.0)  # rebound, the old one freed: captured again
+        torch.testing.assert_close(runner(x=x, scale=scale), model(x, scale))
+        assert runner.stats()["captures"] == 2, runner.stats()
+    assert vars(model.block)["_compiled_call_impl"].__name__ != "_WithoutMode"  # put back
+    assert backend.phases == [_phases.PHASE_PROBE], backend.phases
+
+
+_OFFSET = torch.ones(16)
+
+
+class _ReadsAGlobalAroundACompiledBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Mixer()
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return self.block(x + _OFFSET, scale) * 2
