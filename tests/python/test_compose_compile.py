@@ -360,23 +360,3 @@ class _ReadsAGlobalAroundACompiledBlock(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         return self.block(x + _OFFSET, scale) * 2
-
-
-def test_a_torch_compiled_module_is_compiled_once_for_graphed_and_for_calls_outside_it(
-    emulated_backend,
-):
-    """`torch.compile(model)` under graphed: its wrapped forward is entered with graphed's mode
-    lifted, so the module called directly afterwards runs the frame graphed's probe compiled."""
-    torch.manual_seed(0)
-    model = Mixer().eval()
-    backend = CompilingBackend()
-    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
-    runner = GraphedForward(compiled, device="cpu", backend=emulated_backend, regions=False)
-    x, scale = torch.randn(4, 16), torch.tensor(0.5)
-    with torch.no_grad():
-        for _ in range(3):
-            runner(x=x, scale=scale)
-        torch.testing.assert_close(compiled(x, scale), model(x, scale))
-    assert backend.phases == [_phases.PHASE_PROBE], backend.phases
-    stats = runner.stats()
-    assert stats["enabled"] and stats["captures"] == 1, stats
