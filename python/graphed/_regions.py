@@ -195,11 +195,6 @@ class Region:
             inner.remove()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
-            # Traced by torch.compile (a block compiled around its step cache's hook, which
-            # leaves the region inside the compiled frame): the forward itself, as a traced
-            # GraphedForward call is, so the compiler traces the model and none of graphed.
-            return self.original(*args, **kwargs)
         tree = self.tree
         if not (tree.permanent or tree.here.level):
             return self.original(*args, **kwargs)  # called from outside the parent's call
