@@ -13,21 +13,12 @@ the probe does not count a synchronization made while the compiler is at work on
 eagerly, in the model's frame) is counted and named as before. Dynamo's guards include the stack
 of torch function modes, and graphed's capture runs under its InventoryMode: a runner whose
 module holds compiled code runs its warm-ups under that mode as well, so that a later key
-compiles in its first warm-up and never under a capture. The compiled code itself never runs
-under that mode where graphed can see its entry (`entries_lifting_mode`): each entry a runner's
-module holds (a module compiled in place, a torch.compile'd module, a compiled function it keeps)
-is called, for the runs under the mode, with the mode lifted off the stack, so that Dynamo traces
-and guards exactly as it does for the same code called without graphed: graphed over compiled
-code replays what compile alone computes, bitwise, and a call of the compiled code without
-graphed (a runner disabled, a region left eager) compiles nothing again. A compiled function
-the forward reaches otherwise (a module-level global) is still traced under the mode.
+compiles in its first warm-up and never under a capture.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -37,7 +28,6 @@ __all__ = [
     "compile_options",
     "compiler_refusal",
     "compiler_running",
-    "entries_lifting_mode",
     "holds_compiled_code",
 ]
 
@@ -75,86 +65,6 @@ def holds_compiled_code(module: Any) -> bool:
             return True
         pending.extend(child for child in attributes["_modules"].values() if child is not None)
     return False
-
-
-# Where a module keeps the compiled code it enters (nn.Module.compile()'s call, a torch.compile'd
-# module's wrapped forward), and where graphed's own routers in front of one keep it
-# (graph_pipeline's `_inner`, a region's `original`).
-_MODULE_ENTRIES = ("_compiled_call_impl", "forward", "_forward")
-_ROUTER_ENTRIES = ("_inner", "original")
-
-
-def _is_compiled_callable(value: Any) -> bool:
-    return callable(value) and hasattr(value, "_torchdynamo_orig_callable")
-
-
-def _entries(module: torch.nn.Module) -> list[tuple[dict, str]]:
-    """The (namespace, name) of each compiled callable `module` enters that graphed can see: a
-    compiled function among the module's own attributes, each submodule's _MODULE_ENTRIES, and
-    the _ROUTER_ENTRIES of a router graphed put there."""
-    found = [
-        (module.__dict__, name)
-        for name, value in module.__dict__.items()
-        if name not in _MODULE_ENTRIES and _is_compiled_callable(value)
-    ]
-    pending = [module]
-    while pending:
-        submodule = pending.pop()
-        attributes = submodule.__dict__
-        for name in _MODULE_ENTRIES:
-            value = attributes.get(name)
-            if _is_compiled_callable(value):
-                found.append((attributes, name))
-            elif value is not None and not isinstance(value, torch.nn.Module):
-                router = getattr(value, "__dict__", {})
-                found.extend(
-                    (router, inner)
-                    for inner in _ROUTER_ENTRIES
-                    if _is_compiled_callable(router.get(inner))
-                )
-        pending.extend(child for child in attributes["_modules"].values() if child is not None)
-    return found
-
-
-class _WithoutMode:
-    """A compiled callable called with every torch function mode of `mode_type` lifted off this
-    thread's stack (and put back after), so Dynamo neither traces it nor guards on it."""
-
-    def __init__(self, call: Any, mode_type: type) -> None:
-        self.call = call
-        self.mode_type = mode_type
-        self._torchdynamo_orig_callable = getattr(call, "_torchdynamo_orig_callable", call)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():  # inlined by an outer compile: the stack is its own
-            return self.call(*args, **kwargs)
-        length = torch._C._len_torch_function_stack()
-        stack = [torch._C._pop_torch_function_stack() for _ in range(length)][::-1]
-        for mode in stack:
-            if not isinstance(mode, self.mode_type):
-                torch._C._push_on_torch_function_stack(mode)
-        try:
-            return self.call(*args, **kwargs)
-        finally:
-            for _ in range(torch._C._len_torch_function_stack()):
-                torch._C._pop_torch_function_stack()
-            for mode in stack:
-                torch._C._push_on_torch_function_stack(mode)
-
-
-@contextlib.contextmanager
-def entries_lifting_mode(module: Any, mode_type: type) -> Iterator[None]:
-    """While it is entered, each compiled entry `module` holds (see _entries) runs with the torch
-    function modes of `mode_type` lifted off the stack; the entries are put back after."""
-    entries = _entries(module) if isinstance(module, torch.nn.Module) and _dynamo() else []
-    originals = [namespace[name] for namespace, name in entries]
-    for (namespace, name), call in zip(entries, originals, strict=True):
-        namespace[name] = _WithoutMode(call, mode_type)
-    try:
-        yield
-    finally:
-        for (namespace, name), call in zip(entries, originals, strict=True):
-            namespace[name] = call
 
 
 def frames_compiled() -> int | None:

@@ -40,9 +40,7 @@ probe, or a later key's warm-up) records the reads, and follows weakly what it m
 capture then runs without the mode and takes that record, unless the record cannot stand for it:
 something the recording run made outlived it (a cache the forward keeps in a global or an
 attribute, which the capture would read from outside), a run staged a host constant (the capture
-stages its own), or the forward runs compiled code (whose frames graphed cannot all see, and
-the ones it cannot see are guarded on the mode; graphed._compiled lifts the mode off the ones it
-sees). Then
+stages its own), or the forward runs compiled code (whose frames are guarded on the mode). Then
 the capture records its own reads under the mode, as every capture did before. The record is
 the capture's own for everything else: the warm-ups and the capture run on the same static
 inputs, with the state put back between them.
@@ -68,12 +66,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ._compiled import (
-    compiler_running,
-    entries_lifting_mode,
-    frames_compiled,
-    holds_compiled_code,
-)
+from ._compiled import compiler_running, frames_compiled, holds_compiled_code
 from ._inventory import Inventory, storages, synchronizing_call, where_outside_libraries
 from ._native import _graphed_fastcall as _fastcall
 from ._observe import first_few
@@ -301,30 +294,6 @@ def _probe_verdict(found: list[str]) -> None:
         )
 
 
-class _Lifted:
-    """An InventoryMode entered with the compiled entries of `module` lifting it, so that the
-    compiled code runs, and is compiled, as without graphed (graphed._compiled)."""
-
-    def __init__(self, mode: Any, module: Any) -> None:
-        self.mode = mode
-        self.module = module
-        self._stack = contextlib.ExitStack()
-
-    @property
-    def reads(self) -> Any:
-        return self.mode.reads
-
-    def __enter__(self) -> Any:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(self.mode)
-            stack.enter_context(entries_lifting_mode(self.module, type(self.mode)))
-            self._stack = stack.pop_all()
-        return self
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self._stack.__exit__(*exc)
-
-
 class ForwardRuns:
     """What one runner's forwards carry from one run to the next (see the module docstring): the
     snapshot its warm-ups put back, the output templates of the runs before a capture, and
@@ -390,7 +359,7 @@ class ForwardRuns:
             or self.compiled
         )
         key = self.call_state.key
-        mode = self._mode(key, known, capturing=False) if staged else contextlib.nullcontext()
+        mode = inventory.mode(key, known, capturing=False) if staged else contextlib.nullcontext()
         snapshot = self.snapshot
         outer = getattr(_local, "as_if_capturing", False)
         _local.as_if_capturing = True
@@ -455,18 +424,10 @@ class ForwardRuns:
             yield
             self.capture_in_flight = recorded, inputs
             return
-        mode = self._mode(key, self._known(state(), inputs), capturing=True)
+        mode = inventory.mode(key, self._known(state(), inputs), capturing=True)
         with mode:
             yield
         self.capture_in_flight = mode.reads, inputs
-
-    def _mode(self, key: Any, known: set[int] | None, capturing: bool) -> Any:
-        """The InventoryMode of one run; over compiled code, entered with the compiled entries the
-        module holds lifting it (graphed._compiled.entries_lifting_mode)."""
-        mode = self.inventory.mode(key, known, capturing=capturing)
-        if self.compiled:
-            mode = _Lifted(mode, self.module)
-        return mode
 
     @staticmethod
     def _known(kept: StateToKeep, inputs: list[torch.Tensor]) -> set[int]:
