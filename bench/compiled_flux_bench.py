@@ -73,6 +73,30 @@ def _ms_a_forward(call, inputs: dict) -> float:
     return statistics.median(rounds)
 
 
+def _variants(model: torch.nn.Module, inputs: dict) -> dict:
+    """With --variants, two more rows on a fresh model: the repeated blocks and each other child
+    of the transformer compiled in place (the glue between them eager), and the whole forward
+    compiled in place (inductor's default mode), each graphed."""
+    import graphed
+
+    rows = {}
+    model.compile_repeated_blocks(fullgraph=True, dynamic=False)
+    for child in model.children():
+        if not isinstance(child, torch.nn.ModuleList):
+            child.compile(fullgraph=True, dynamic=False)
+    runner = graphed.GraphedForward(model, device="cuda", name="flux-children")
+    first = _first_calls(runner, inputs, 1)
+    rows["graphed + every child compiled"] = (first, _ms_a_forward(runner, inputs))
+    runner.reset()
+    torch._dynamo.reset()
+    whole = _model()
+    whole.compile(fullgraph=True, dynamic=False)
+    runner = graphed.GraphedForward(whole, device="cuda", name="flux-whole")
+    first = _first_calls(runner, inputs, 1)
+    rows["graphed + whole compile"] = (first, _ms_a_forward(runner, inputs))
+    return rows
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("compiled_flux_bench: no CUDA device; nothing measured")
@@ -102,6 +126,10 @@ def main() -> int:
         graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         reference = runner(**inputs)[0]
         compiled_again = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
+        if "--variants" in sys.argv:
+            runner.reset()
+            torch._dynamo.reset()
+            rows.update(_variants(_model(), inputs))
     for name, (first, ms) in rows.items():
         print(f"| {name} | {ms:.3f} ms a forward | first calls {first:.2f} s |")
     ratio = rows["graphed + regional compile"][1] / rows["reduce-overhead"][1]

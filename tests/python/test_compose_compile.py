@@ -322,3 +322,49 @@ def test_gpu_regions_over_blocks_compiled_in_place_replay_what_compile_computes(
     for region in runner._regions.regions:
         stats = region.runner.stats()
         assert stats["enabled"] and stats["captures"] == 1 and stats["replays"] >= 1, stats
+
+
+_GLOBAL_SHIFT = torch.ones(16)
+
+
+class _ShiftsByAGlobal(torch.nn.Module):
+    """A block whose compiled code reads a module-level tensor (a graph input Dynamo fetches
+    from the global at every call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) + _GLOBAL_SHIFT
+
+
+class _AroundACompiledBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _ShiftsByAGlobal()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x) * 2
+
+
+def test_a_global_read_inside_compiled_code_is_found_and_its_rebinding_captures_again(
+    emulated_backend,
+):
+    """The capture's inventory sees what the compiled code reads: a module-level tensor the
+    compiled block reads, re-bound (the old one freed), is captured again and the call gives the
+    model's result, not the capture's stale one. (A design that ran compiled code outside
+    graphed's torch function mode lost exactly this.)"""
+    global _GLOBAL_SHIFT
+    torch.manual_seed(0)
+    model = _AroundACompiledBlock().eval()
+    model.block.compile(backend=CompilingBackend(), dynamic=False)
+    runner = GraphedForward(model, device="cpu", backend=emulated_backend, regions=False)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(runner(x=x), model(x))
+        _GLOBAL_SHIFT = torch.full((16,), 5.0)
+        torch.testing.assert_close(runner(x=x), model(x))
+    stats = runner.stats()
+    assert stats["enabled"] and stats["captures"] == 2, stats
