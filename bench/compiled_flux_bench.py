@@ -73,6 +73,12 @@ def _ms_a_forward(call, inputs: dict) -> float:
     return statistics.median(rounds)
 
 
+def _row(call, inputs: dict, first_calls: int = 1) -> tuple[float, float]:
+    """One method's row: seconds its first `first_calls` calls took, then ms a forward."""
+    first = _first_calls(call, inputs, first_calls)
+    return first, _ms_a_forward(call, inputs)
+
+
 def _variants(model: torch.nn.Module, inputs: dict) -> dict:
     """With --variants, two more rows on a fresh model: the repeated blocks and each other child
     of the transformer compiled in place (the glue between them eager), and the whole forward
@@ -85,15 +91,13 @@ def _variants(model: torch.nn.Module, inputs: dict) -> dict:
         if not isinstance(child, torch.nn.ModuleList):
             child.compile(fullgraph=True, dynamic=False)
     runner = graphed.GraphedForward(model, device="cuda", name="flux-children")
-    first = _first_calls(runner, inputs, 1)
-    rows["graphed + every child compiled"] = (first, _ms_a_forward(runner, inputs))
+    rows["graphed + every child compiled"] = _row(runner, inputs)
     runner.reset()
     torch._dynamo.reset()
     whole = _model()
     whole.compile(fullgraph=True, dynamic=False)
     runner = graphed.GraphedForward(whole, device="cuda", name="flux-whole")
-    first = _first_calls(runner, inputs, 1)
-    rows["graphed + whole compile"] = (first, _ms_a_forward(runner, inputs))
+    rows["graphed + whole compile"] = _row(runner, inputs)
     return rows
 
 
@@ -107,19 +111,18 @@ def main() -> int:
     model, inputs = _model(), _inputs()
     rows = {}
     with torch.no_grad():
-        rows["eager"] = (_first_calls(model, inputs, 1), _ms_a_forward(model, inputs))
+        rows["eager"] = _row(model, inputs)
         overhead = torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)
-        first = _first_calls(overhead, inputs, 3)  # warm-up, record, replay
-        rows["reduce-overhead"] = (first, _ms_a_forward(overhead, inputs))
+        rows["reduce-overhead"] = _row(overhead, inputs, 3)  # warm-up, record, replay
         del overhead
         torch._dynamo.reset()
         plain = graphed.GraphedForward(model, device="cuda", name="flux")
-        rows["graphed"] = (_first_calls(plain, inputs, 1), _ms_a_forward(plain, inputs))
+        rows["graphed"] = _row(plain, inputs)
         plain.reset()
         model.compile_repeated_blocks(fullgraph=True, dynamic=False)
         runner = graphed.GraphedForward(model, device="cuda", name="flux-compiled")
-        first = _first_calls(runner, inputs, 1)  # compile (in the probe), warm-up, capture
-        rows["graphed + regional compile"] = (first, _ms_a_forward(runner, inputs))
+        # compile (in the probe), warm-up, capture
+        rows["graphed + regional compile"] = _row(runner, inputs)
         got = runner(**inputs)[0].clone()
         stats = runner.stats()
         runner.disable("the benchmark's reference: the compiled blocks without graphs")
