@@ -27,6 +27,7 @@ __all__ = [
     "frames_compiled",
     "compile_options",
     "compiler_refusal",
+    "compiled_in_place",
     "compiler_running",
     "holds_compiled_code",
 ]
@@ -40,10 +41,34 @@ def compiler_running() -> bool:
     return context is not None and context.try_get() is not None
 
 
+def compiled_in_place(module: torch.nn.Module) -> bool:
+    """Whether calling `module` runs compiled code by its own doing: a torch.compile'd module
+    (an OptimizedModule), one compiled in place (`nn.Module.compile()`, diffusers'
+    `compile_repeated_blocks`: its `_compiled_call_impl`), or one whose instance `forward` is a
+    compiled function (`block.forward = torch.compile(block.forward)`)."""
+    return _dynamo() and _compiled_here(module, _optimized_module())
+
+
+def _optimized_module() -> type | tuple:
+    """torch.compile's module wrapper class (() where this torch has none); Dynamo is loaded."""
+    return getattr(torch._dynamo.eval_frame, "OptimizedModule", ())
+
+
+def _compiled_here(module: torch.nn.Module, optimized: type | tuple) -> bool:
+    attributes = module.__dict__
+    call = attributes.get("_compiled_call_impl")
+    # graph_pipeline's router takes that slot whether or not the module was compiled.
+    call = getattr(call, "compiled_call", call)
+    return (
+        call is not None
+        or hasattr(attributes.get("forward"), "_torchdynamo_orig_callable")
+        or isinstance(module, optimized)
+    )
+
+
 def holds_compiled_code(module: Any) -> bool:
-    """Whether `module` is a torch.compile'd module, or it or one of its submodules has been
-    compiled in place (`nn.Module.compile()`, diffusers' `compile_repeated_blocks`), or it holds
-    a compiled function as an attribute of its own (graph_generation's compiled decode step)."""
+    """Whether `module` or one of its submodules is compiled (`compiled_in_place`), or it holds a
+    compiled function as an attribute of its own (graph_generation's compiled decode step)."""
     if not isinstance(module, torch.nn.Module) or not _dynamo():
         return False  # nothing was compiled in this process
     if any(
@@ -52,18 +77,17 @@ def holds_compiled_code(module: Any) -> bool:
         if callable(value) and not isinstance(value, torch.nn.Module)
     ):
         return True
-    optimized = getattr(torch._dynamo.eval_frame, "OptimizedModule", ())
     # The submodules by their `_modules` dicts, not `modules()`: a third of its time on a
     # 402-module DiT (a look per capture, in a process that compiled anything).
+    optimized = _optimized_module()
     pending = [module]
     while pending:
         submodule = pending.pop()
-        attributes = submodule.__dict__
-        if attributes.get("_compiled_call_impl") is not None:
+        if _compiled_here(submodule, optimized):
             return True
-        if optimized and isinstance(submodule, optimized):
-            return True
-        pending.extend(child for child in attributes["_modules"].values() if child is not None)
+        pending.extend(
+            child for child in submodule.__dict__["_modules"].values() if child is not None
+        )
     return False
 
 

@@ -44,7 +44,8 @@ def refusal(
     cached = step_caches.cached_modules(modules, own)
     if cached:
         eager = step_caches.looked_through(module)
-        return step_caches.reason(cached, eager), "step_cache"  # in regions
+        compiled = list(step_caches.compiled_around(module).values())
+        return step_caches.reason(cached, eager, compiled), "step_cache"  # in regions
     return None
 
 

@@ -31,10 +31,12 @@ class _GraphedCall:
     call the module had before (its compiled one, or its plain _call_impl) for a call the
     GraphedForward itself makes while it runs the forward (on this thread)."""
 
-    def __init__(self, module: torch.nn.Module, runner: GraphedForward, previous: Any) -> None:
+    def __init__(self, module: torch.nn.Module, runner: GraphedForward, compiled: Any) -> None:
         self.runner = runner
-        self.previous = previous
-        self._inner = previous if previous is not None else module._call_impl
+        # The compiled call the module had (None: it was not compiled), which graphed._compiled
+        # looks through this router to see.
+        self.compiled_call = compiled
+        self._inner = compiled if compiled is not None else module._call_impl
         self._inside = ReentryDepth()  # the GraphedForward's runs on this thread
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -174,8 +176,8 @@ def graph_pipeline(
         if compiled is not None:
             _compile_component(module, compiled)
         runner = GraphedForward(module, **settings)
-        previous = module.__dict__.get("_compiled_call_impl")
-        module._compiled_call_impl = _GraphedCall(module, runner, previous)
+        compiled_call = module.__dict__.get("_compiled_call_impl")
+        module._compiled_call_impl = _GraphedCall(module, runner, compiled_call)
         runners[name] = runner
     return runners
 
@@ -188,5 +190,5 @@ def ungraph_pipeline(pipe: Any, components: Iterable[str] = ("transformer",)) ->
         module = getattr(pipe, name, None)
         routed = getattr(module, "__dict__", {}).get("_compiled_call_impl")
         if isinstance(routed, _GraphedCall):
-            module._compiled_call_impl = routed.previous
+            module._compiled_call_impl = routed.compiled_call
             routed.runner.reset()

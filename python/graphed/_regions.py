@@ -96,10 +96,13 @@ def candidates(module: torch.nn.Module, prefix: str = "") -> list[tuple[str, tor
     calls the model's forward as bound before it was replaced) names that child in
     REGIONS_LOOK_THROUGH: its children are the candidates, as a container's are. A module carrying
     a step cache's hooks is a candidate, graphed beneath them (graphed._step_caches); one with such
-    a module below it is looked through, as its forward holds a hook's decision."""
+    a module below it is looked through, as its forward holds a hook's decision; a module compiled
+    in place that is either is left out, and what it holds with it (`compiled_around`)."""
     found: list[tuple[str, torch.nn.Module]] = []
     seen: set[int] = set()
     above_cached = step_caches.above_cached(module)
+    # A compiled module that holds a step cache runs compiled, with no region inside it.
+    compiled = step_caches.compiled_around(module)
     # Under step caches the forward's own Python runs eagerly at every call, so a leaf module of
     # the model's own code (a rotary embedding: tens of kernels) is worth a region too.
     own_leaves = bool(above_cached) or step_caches.is_cached(module)
@@ -107,7 +110,7 @@ def candidates(module: torch.nn.Module, prefix: str = "") -> list[tuple[str, tor
     def visit(parent: torch.nn.Module, path_prefix: str) -> None:
         look_through = getattr(parent, "REGIONS_LOOK_THROUGH", ())
         for name, child in parent.named_children():
-            if id(child) in seen:
+            if id(child) in seen or id(child) in compiled:
                 continue
             seen.add(id(child))
             path = f"{path_prefix}{name}"

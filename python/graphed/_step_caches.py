@@ -11,6 +11,11 @@ them is never captured whole: it runs in regions (graphed._regions, disabled_cau
 the hooks run as diffusers wrote them, and each cached module's own forward, the one the hook calls
 through its function reference (`fn_ref.original_forward`), is a region graphed beneath the hook.
 The rest of the forward is graphed as regions too.
+A module compiled in place (diffusers' `compile_repeated_blocks`) that carries a step cache or
+holds one below it is the exception: a region beneath the hook would sit inside the compiled
+frame, where the compiler, which breaks the graph at the hook, would trace graphed's own code. No
+region goes inside such a module (`compiled_around`): its compiled code runs as it does without
+graphed, and the disabled_reason names it.
 
 A hook is a step cache by where diffusers defines it (the modules of diffusers.hooks named in
 _STEP_CACHE_MODULES); any other diffusers hook (group offloading moves weights, layerwise casting
@@ -25,6 +30,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+
+from ._compiled import compiled_in_place
 
 # The diffusers.hooks modules whose hooks are step caches: a decision per call, in the hook, and
 # the module's own forward called through the hook's function reference when it computes.
@@ -117,14 +124,36 @@ def above_cached(module: torch.nn.Module) -> set[int]:
     return set(_above_cached_paths(module))
 
 
+def compiled_around(module: torch.nn.Module) -> dict[int, str]:
+    """The modules under `module` (not itself) compiled in place that carry a step cache or have
+    one below them, by id: their path, outermost only, in tree order. graphed._regions places no
+    region inside them (see the module docstring)."""
+    above = _above_cached_paths(module)
+    found: dict[int, str] = {}
+    for path, submodule in module.named_modules():
+        inside = any(path.startswith(f"{outer}.") for outer in found.values())
+        if (
+            path
+            and not inside
+            and (id(submodule) in above or is_cached(submodule))
+            and compiled_in_place(submodule)
+        ):
+            found[id(submodule)] = path
+    return found
+
+
 def looked_through(module: torch.nn.Module) -> list[str]:
     """The paths of the modules under `module` whose own forward runs eagerly at every call
     because a cached module is below them (a block around a cached attention module), containers
-    (nn.ModuleList, nn.ModuleDict), which have no forward of their own, left out."""
+    (nn.ModuleList, nn.ModuleDict) and compiled modules (`compiled_around`) and what they hold
+    left out."""
+    compiled = compiled_around(module).values()
     return [
         path
         for path, submodule in _above_cached_paths(module).values()
-        if type(submodule).forward is not torch.nn.Module.forward and not is_cached(submodule)
+        if type(submodule).forward is not torch.nn.Module.forward
+        and not is_cached(submodule)
+        and not any(path == outer or path.startswith(f"{outer}.") for outer in compiled)
     ]
 
 
@@ -133,20 +162,30 @@ def looked_through(module: torch.nn.Module) -> list[str]:
 _REASON_BYTES = 511
 
 
-def reason(cached: list[tuple[str, str]], eager: list[str] | tuple[str, ...] = ()) -> str:
+def reason(
+    cached: list[tuple[str, str]],
+    eager: list[str] | tuple[str, ...] = (),
+    compiled: list[str] | tuple[str, ...] = (),
+) -> str:
     """The disabled_reason of a runner whose forward carries step caches (`cached_modules`);
-    `eager` names the modules whose own forward runs eagerly around them (`looked_through`). Two
-    hooks are named, or one when the modules around them are named too, and only counts where
-    the names would not fit the core's reason."""
+    `eager` names the modules whose own forward runs eagerly around them (`looked_through`),
+    `compiled` the compiled modules that hold them (`compiled_around`). Two hooks are named, or
+    one when other modules are named too, and only counts where the names would not fit the
+    core's reason."""
     for named in (True, False):
-        said = _reason(cached, eager, named)
+        said = _reason(cached, eager, compiled, named)
         if len(said.encode()) <= _REASON_BYTES:
             break
     return said
 
 
-def _reason(cached: list[tuple[str, str]], eager: list[str] | tuple[str, ...], named: bool) -> str:
-    shown_count = (1 if eager else 2) if named else 0
+def _reason(
+    cached: list[tuple[str, str]],
+    eager: list[str] | tuple[str, ...],
+    compiled: list[str] | tuple[str, ...],
+    named: bool,
+) -> str:
+    shown_count = (1 if eager or compiled else 2) if named else 0
     shown = ", ".join(f"{hooks} on '{path}'" for path, hooks in cached[:shown_count])
     more = f" and {len(cached) - shown_count} more" if len(cached) > shown_count else ""
     if not shown:
@@ -156,15 +195,26 @@ def _reason(cached: list[tuple[str, str]], eager: list[str] | tuple[str, ...], n
         "call whether a module computes, so it runs in regions: the hooks run as diffusers wrote "
         "them, each cached module's own forward graphed beneath its hook"
     )
+    if compiled:
+        said += (
+            f"; {_some(compiled, 'compiled ', 'holding them', named)} run compiled, without "
+            "graphs beneath their hooks"
+        )
     if not eager:
         return said
-    more_around = f" and {len(eager) - 1} more" if len(eager) > 1 else ""
-    around = f"the modules around them ('{eager[0]}'{more_around})"
     return (
-        f"{said}; {around if named else f'the {_modules(len(eager))} around them'} run their own "
-        "Python eagerly, so on a launch-bound model graphs without the cache may be faster "
-        "(docs/api.md, 'Step caches')"
+        f"{said}; {_some(eager, '', 'around them', named)} run their own Python eagerly, so "
+        "on a launch-bound model graphs without the cache may be faster (docs/api.md, 'Step "
+        "caches')"
     )
+
+
+def _some(paths: list[str] | tuple[str, ...], kind: str, relation: str, named: bool) -> str:
+    """ "the <kind>modules <relation> ('first' and N more)" when `named`, else with their count."""
+    if not named:
+        return f"the {len(paths)} {kind}{'module' if len(paths) == 1 else 'modules'} {relation}"
+    more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
+    return f"the {kind}modules {relation} ('{paths[0]}'{more})"
 
 
 def _modules(count: int) -> str:

@@ -16,12 +16,14 @@ while it still names the model's (graphed._compiled).
 
 from __future__ import annotations
 
+import types
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 from _compiling import CompilingBackend
+import graphed
 from graphed import GraphedForward, _phases
 
 _PHASE_NAMES = {
@@ -177,7 +179,27 @@ def test_holds_compiled_code_sees_each_way_users_compile():
     holder = Mixer()
     holder.step = torch.compile(holder.forward, backend="eager")  # a compiled function it holds
     assert holds_compiled_code(holder)
+    forward_compiled = torch.nn.Sequential(Mixer(), Mixer())
+    child = forward_compiled[0]
+    child.forward = torch.compile(child.forward, backend="eager")  # a child's compiled forward
+    assert holds_compiled_code(forward_compiled)
     assert not holds_compiled_code(lambda t: t)
+
+
+def test_graph_pipelines_router_is_not_compiled_code_but_what_it_routes_to_is(emulated_backend):
+    """graph_pipeline takes the slot nn.Module.compile() fills, whether or not the component was
+    compiled: the look sees through it to the call it routes to."""
+    from graphed._compiled import holds_compiled_code
+
+    torch.compile(lambda t: t + 1, backend="eager")  # torch._dynamo is loaded from here on
+    plain, compiled = Mixer(), Mixer()
+    compiled.compile(backend="eager")
+    pipe = types.SimpleNamespace(plain=plain, compiled=compiled)
+    graphed.graph_pipeline(pipe, ("plain", "compiled"), device="cpu", backend=emulated_backend)
+    assert not holds_compiled_code(plain)
+    assert holds_compiled_code(compiled)
+    graphed.ungraph_pipeline(pipe, ("plain", "compiled"))
+    assert vars(plain).get("_compiled_call_impl") is None and holds_compiled_code(compiled)
 
 
 @pytest.mark.gpu

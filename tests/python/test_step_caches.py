@@ -18,6 +18,7 @@ Skipped without diffusers."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import graphed
@@ -362,3 +363,80 @@ def test_graph_regions_removed_after_the_cache_is_disabled_leaves_no_region(emul
     model.disable_cache()
     regions.remove()
     assert "forward" not in vars(block), vars(block).get("forward")
+
+
+# -- a cached transformer whose blocks are compiled ------------------------------------------------
+
+# diffusers' hooks call functions torch.compile may not trace (`torch.compiler.disable`d), so a
+# cached model is compiled with graph breaks allowed (fullgraph=True fails without graphed too).
+COMPILED_CACHES = ["FirstBlockCache", "TaylorSeer"]
+
+
+def _both_compiled(cache: str, device: str, backend: str | None, compiler: Any) -> tuple:
+    """_both, with each model's repeated blocks compiled in place after its cache is enabled (the
+    order diffusers documents), by `compiler` (a torch.compile backend)."""
+    clocks = Timestep(), Timestep()
+    eager_model, graphed_model = _flux(device), _flux(device)
+    for model, clock in zip((eager_model, graphed_model), clocks, strict=True):
+        model.enable_cache(_configs(clock)[cache]())
+        model.compile_repeated_blocks(backend=compiler, fullgraph=False, dynamic=False)
+    want = _requests(eager_model, eager_model, clocks[0])
+    gf = GraphedForward(graphed_model, device=device, backend=backend)
+    got = _requests(gf, graphed_model, clocks[1])
+    return got, want, gf
+
+
+def _graphed_code_compiled() -> list[str]:
+    """The functions of graphed's own files Dynamo has met as frames in this process (its record
+    of the code objects it compiled)."""
+    seen = getattr(torch._dynamo.convert_frame, "input_codes", None)
+    if seen is None:
+        pytest.skip(f"torch {torch.__version__}'s Dynamo keeps no record of the frames it met")
+    package = str(Path(graphed.__file__).parent)
+    codes = (ref() for ref in seen.seen)
+    return [
+        f"{code.co_filename}:{code.co_name}"
+        for code in codes
+        if code is not None and code.co_filename.startswith(package)
+    ]
+
+
+def _assert_blocks_run_compiled(gf: GraphedForward) -> None:
+    """No region inside a compiled block; the regions around them graphed and replayed; none of
+    graphed's code traced by the compiler; the reason names the compiled blocks."""
+    stats = gf.stats()
+    assert stats["disabled_cause"] == "step_cache", stats
+    assert (
+        "compiled modules holding them ('transformer_blocks.0' and " in stats["disabled_reason"]
+    ), stats["disabled_reason"]
+    regions = {entry["path"]: entry for entry in gf.regions()}
+    assert regions and not [path for path in regions if "blocks." in path], regions
+    for path, entry in regions.items():
+        assert entry["state"] == "graphed" and entry["stats"]["replays"] > 0, (path, entry)
+    assert _graphed_code_compiled() == []
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("cache", COMPILED_CACHES)
+def test_a_cached_transformer_with_compiled_blocks_runs_them_compiled(cache, emulated_backend):
+    """A compiled block that carries a step cache (FirstBlockCache) or holds one (TaylorSeer's
+    attention modules) runs its compiled code as it does without graphed: graphed places no
+    region inside it, where the compiler would trace graphed's own code; the regions around the
+    blocks are graphed and replay, and the first step equals the compiled model's."""
+    from _compiling import CompilingBackend
+
+    got, want, gf = _both_compiled(cache, "cpu", emulated_backend, CompilingBackend())
+    _assert_blocks_run_compiled(gf)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+
+
+@on_gpu
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("cache", COMPILED_CACHES)
+def test_a_cached_transformer_with_compiled_blocks_equals_compile_alone_on_the_gpu(cache):
+    """Inductor's blocks and a step cache: every step equals the same compiled, cached model run
+    without graphed, bitwise."""
+    got, want, gf = _both_compiled(cache, "cuda", None, "inductor")
+    for index, (step, alone) in enumerate(zip(got, want, strict=True)):
+        assert torch.equal(step, alone), f"{cache}: request {index // STEPS}, step {index % STEPS}"
+    _assert_blocks_run_compiled(gf)
