@@ -20,10 +20,10 @@ import types
 import warnings
 from pathlib import Path
 
+import graphed
 import pytest
 import torch
 from _compiling import CompilingBackend
-import graphed
 from graphed import GraphedForward, _phases
 
 _PHASE_NAMES = {
