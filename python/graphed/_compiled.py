@@ -18,7 +18,10 @@ compiles in its first warm-up and never under a capture.
 
 from __future__ import annotations
 
+import functools
 import sys
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -30,6 +33,7 @@ __all__ = [
     "compiled_in_place",
     "compiler_running",
     "holds_compiled_code",
+    "see_compiled_graph_calls",
 ]
 
 
@@ -163,3 +167,57 @@ def compile_options(compile: bool | dict) -> dict | None:
             'mode out (inductor\'s default) or pass "max-autotune-no-cudagraphs"'
         )
     return options
+
+
+# What sees each call of an inductor-compiled graph on this thread (see_compiled_graph_calls).
+_graph_calls = threading.local()
+
+
+def see_compiled_graph_calls(
+    see: Callable[[list, Any], None] | None,
+) -> Callable[[list, Any], None] | None:
+    """Makes `see(inputs, outputs)` run after each call of a graph inductor compiled, on this
+    thread (None: nothing runs); returns what ran before, to be put back.
+
+    Why: inductor's code runs its kernels with no torch function in between, so graphed's
+    InventoryMode never sees what a compiled graph reads. Dynamo passes each graph every tensor
+    it reads as an input, a module-level tensor or one a plain object holds included (fetched
+    again at every call, where a graph would keep the capture's), and every compiled graph is
+    called through `CompiledFxGraph.__call__` (torch 2.6 and later), which this wraps, once,
+    when inductor is loaded; the wrapper costs one thread-local read per compiled call and
+    nothing on a replay. A torch without that class is not wrapped: what its compiled graphs read
+    is not seen, as before."""
+    previous = getattr(_graph_calls, "see", None)
+    _graph_calls.see = see
+    if see is not None:
+        output_code = sys.modules.get("torch._inductor.output_code")
+        graph = getattr(output_code, "CompiledFxGraph", None)
+        if graph is not None:
+            _wrap_graph_call(graph)
+    return previous
+
+
+_wrapping = threading.Lock()
+
+
+def _wrap_graph_call(graph: type) -> None:
+    call = graph.__dict__.get("__call__")
+    if call is None or hasattr(call, "graphed_sees"):
+        return
+    with _wrapping:
+        call = graph.__dict__.get("__call__")
+        if hasattr(call, "graphed_sees"):
+            return
+
+        @functools.wraps(call)
+        def seen_call(self: Any, inputs: Sequence[Any]) -> Any:
+            see = getattr(_graph_calls, "see", None)
+            if see is None:
+                return call(self, inputs)
+            read = list(inputs)  # inductor's call empties the list it is given
+            outputs = call(self, inputs)
+            see(read, outputs)
+            return outputs
+
+        seen_call.graphed_sees = True
+        graph.__call__ = seen_call

@@ -34,7 +34,9 @@ tensor (`torch.tensor(..., device=)` and indexing by a Python list copy below an
 What it cannot see: a tensor that only C++ code reaches (a C++ extension's own state), and an
 external re-bound while the old tensor stays alive elsewhere, which the graph keeps reading
 (docs/api.md, "What a forward may do"), and a cache kept by code no torch function shows (a
-C++ extension's op) that each run replaces: the capture reads the warm-up's, which no run
+C++ extension's op) that each run replaces. Code inductor compiled runs no torch function either,
+but each compiled graph is handed what it reads: the recording run notes its inputs where the
+graph is called (graphed._compiled.see_compiled_graph_calls): the capture reads the warm-up's, which no run
 recorded. The mode costs Python time per torch call in the runs before a capture (never on a
 replay); docs/benchmarks.md gives the first call's figures.
 """
@@ -54,6 +56,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
+from ._compiled import see_compiled_graph_calls
 from ._native import _graphed_fastcall as _fastcall
 from ._observe import first_few
 
@@ -65,8 +68,9 @@ _METADATA = frozenset(
     "storage_offset untyped_storage get_device is_floating_point is_complex is_pinned __len__ "
     "__repr__ __format__ __hash__ __bool__".split()
 )
-# Frames inside torch and graphed are not where a forward read or made a tensor.
-_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+# Frames inside torch and graphed are not where a forward read or made a tensor, nor is code
+# torch.fx generated (a compiled graph run by a backend that runs its torch functions).
+_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(__file__), "<eval_with_key>")
 # Nor are the warnings module's, where the sync probe's hook is called from.
 _LIBRARY_FILES = (warnings.__file__,)
 # Records of the latest captures a runner keeps for inventory().
@@ -251,6 +255,21 @@ class InventoryMode(TorchFunctionMode):
         self.reads = reads
         self.capturing = capturing
         self.stages = device_type != "cpu"  # a copy to the CPU never synchronizes
+
+    def __enter__(self) -> InventoryMode:
+        # What a graph torch.compile's inductor compiled reads passes no torch function: the
+        # recording run sees it where the graph is called (graphed._compiled).
+        self._seen_before = see_compiled_graph_calls(
+            self._see_graph if self.reads is not None else None
+        )
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        see_compiled_graph_calls(self._seen_before)
+        super().__exit__(*exc)
+
+    def _see_graph(self, inputs: list, outputs: Any) -> None:
+        self.reads.note((inputs,), {}, outputs)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -370,8 +370,12 @@ class _AroundACompiledBlock(torch.nn.Module):
         return self.block(x) * 2
 
 
+# The recording backend runs the graph's torch functions, which graphed's mode sees; inductor's
+# code runs kernels with no torch function between, and graphed sees the graph's inputs where it
+# is called (graphed._compiled.see_compiled_graph_calls).
+@pytest.mark.parametrize("compiler", ["recording", "inductor"])
 def test_a_global_read_inside_compiled_code_is_found_and_its_rebinding_captures_again(
-    emulated_backend,
+    compiler, emulated_backend
 ):
     """The capture's inventory sees what the compiled code reads: a module-level tensor the
     compiled block reads, re-bound (the old one freed), is captured again and the call gives the
@@ -380,13 +384,41 @@ def test_a_global_read_inside_compiled_code_is_found_and_its_rebinding_captures_
     global _GLOBAL_SHIFT
     torch.manual_seed(0)
     model = _AroundACompiledBlock().eval()
-    model.block.compile(backend=CompilingBackend(), dynamic=False)
+    backend = CompilingBackend() if compiler == "recording" else compiler
+    model.block.compile(backend=backend, dynamic=False)
     runner = GraphedForward(model, device="cpu", backend=emulated_backend, regions=False)
     x = torch.randn(4, 16)
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(runner(x=x), model(x))
+        externals = graphed.inventory(runner)[-1]["externals"]
+        assert [name.split(" (")[0] for name in externals] == ["global _GLOBAL_SHIFT"], externals
         _GLOBAL_SHIFT = torch.full((16,), 5.0)
         torch.testing.assert_close(runner(x=x), model(x))
     stats = runner.stats()
     assert stats["enabled"] and stats["captures"] == 2, stats
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_a_global_read_inside_inductor_code_rebound_replays_the_new_value() -> None:
+    """On the device, where a replay runs the graph: the rebound global's new value, never the
+    freed one the capture read."""
+    global _GLOBAL_SHIFT
+    torch.manual_seed(0)
+    model = _AroundACompiledBlock().cuda().eval()
+    model.block.compile(dynamic=False)
+    runner = GraphedForward(model, device="cuda", regions=False)
+    x = torch.randn(4, 16, device="cuda")
+    try:
+        _GLOBAL_SHIFT = torch.ones(16, device="cuda")
+        with torch.no_grad():
+            for _ in range(3):
+                torch.testing.assert_close(runner(x=x), model(x), rtol=0, atol=0)
+            _GLOBAL_SHIFT = torch.full((16,), 5.0, device="cuda")
+            for _ in range(2):
+                torch.testing.assert_close(runner(x=x), model(x), rtol=0, atol=0)
+    finally:
+        _GLOBAL_SHIFT = torch.ones(16)
+    stats = runner.stats()
+    assert stats["enabled"] and stats["captures"] == 2 and stats["replays"] >= 3, stats
