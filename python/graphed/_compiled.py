@@ -49,13 +49,19 @@ def compiled_in_place(module: torch.nn.Module) -> bool:
     """Whether calling `module` runs compiled code by its own doing: a torch.compile'd module
     (an OptimizedModule), one compiled in place (`nn.Module.compile()`, diffusers'
     `compile_repeated_blocks`: its `_compiled_call_impl`), or one whose instance `forward` is a
-    compiled function (`block.forward = torch.compile(block.forward)`)."""
-    return _dynamo() and _compiled_here(module, _optimized_module())
+    compiled function (`block.forward = torch.compile(block.forward)`, also beneath a region of
+    graphed's). What `torch.compiler.disable` made (a function, or an OptimizedModule of a
+    DisableContext) is not compiled code."""
+    if not _dynamo():
+        return False  # nothing was compiled in this process
+    return _compiled_here(module, getattr(torch._dynamo.eval_frame, "OptimizedModule", ()))
 
 
-def _optimized_module() -> type | tuple:
-    """torch.compile's module wrapper class (() where this torch has none); Dynamo is loaded."""
-    return getattr(torch._dynamo.eval_frame, "OptimizedModule", ())
+def _compiled_function(value: Any) -> bool:
+    """A function torch.compile made (not one torch.compiler.disable made)."""
+    return hasattr(value, "_torchdynamo_orig_callable") and not getattr(
+        value, "_torchdynamo_disable", False
+    )
 
 
 def _compiled_here(module: torch.nn.Module, optimized: type | tuple) -> bool:
@@ -63,11 +69,17 @@ def _compiled_here(module: torch.nn.Module, optimized: type | tuple) -> bool:
     call = attributes.get("_compiled_call_impl")
     # graph_pipeline's router takes that slot whether or not the module was compiled.
     call = getattr(call, "compiled_call", call)
-    return (
-        call is not None
-        or hasattr(attributes.get("forward"), "_torchdynamo_orig_callable")
-        or isinstance(module, optimized)
-    )
+    if call is not None:
+        return True
+    forward = attributes.get("forward")
+    if forward is not None and (
+        _compiled_function(forward) or _compiled_function(getattr(forward, "__wrapped__", None))
+    ):
+        return True
+    if not isinstance(module, optimized):
+        return False
+    disable = getattr(torch._dynamo.eval_frame, "DisableContext", ())
+    return not isinstance(getattr(module, "dynamo_ctx", None), disable)
 
 
 def holds_compiled_code(module: Any) -> bool:
@@ -76,22 +88,26 @@ def holds_compiled_code(module: Any) -> bool:
     if not isinstance(module, torch.nn.Module) or not _dynamo():
         return False  # nothing was compiled in this process
     if any(
-        hasattr(value, "_torchdynamo_orig_callable")
+        _compiled_function(value)
         for value in vars(module).values()
         if callable(value) and not isinstance(value, torch.nn.Module)
     ):
         return True
+    optimized = getattr(torch._dynamo.eval_frame, "OptimizedModule", ())
     # The submodules by their `_modules` dicts, not `modules()`: a third of its time on a
-    # 402-module DiT (a look per capture, in a process that compiled anything).
-    optimized = _optimized_module()
+    # 402-module DiT (a look per capture, in a process that compiled anything). Most hold
+    # neither slot, which the loop tells before it calls anything.
     pending = [module]
     while pending:
         submodule = pending.pop()
-        if _compiled_here(submodule, optimized):
+        attributes = submodule.__dict__
+        if (
+            attributes.get("_compiled_call_impl") is not None
+            or "forward" in attributes
+            or isinstance(submodule, optimized)
+        ) and _compiled_here(submodule, optimized):
             return True
-        pending.extend(
-            child for child in submodule.__dict__["_modules"].values() if child is not None
-        )
+        pending.extend(child for child in attributes["_modules"].values() if child is not None)
     return False
 
 
@@ -174,10 +190,12 @@ _graph_calls = threading.local()
 
 
 def see_compiled_graph_calls(
-    see: Callable[[list, Any], None] | None,
-) -> Callable[[list, Any], None] | None:
-    """Makes `see(inputs, outputs)` run after each call of a graph inductor compiled, on this
-    thread (None: nothing runs); returns what ran before, to be put back.
+    see: Callable[[Sequence, Any], None] | None,
+) -> Callable[[Sequence, Any], None] | None:
+    """Makes `see(inputs, None)` run before each call of a graph inductor compiled, on this
+    thread, and `see((), outputs)` after it (None: nothing runs); returns what ran before, to be
+    put back. (The inputs are not held across the call: inductor frees each as soon as its
+    kernels are done with it.)
 
     Why: inductor's code runs its kernels with no torch function in between, so graphed's
     InventoryMode never sees what a compiled graph reads. Dynamo passes each graph every tensor
@@ -214,9 +232,9 @@ def _wrap_graph_call(graph: type) -> None:
             see = getattr(_graph_calls, "see", None)
             if see is None:
                 return call(self, inputs)
-            read = list(inputs)  # inductor's call empties the list it is given
+            see(inputs, None)
             outputs = call(self, inputs)
-            see(read, outputs)
+            see((), outputs)
             return outputs
 
         seen_call.graphed_sees = True

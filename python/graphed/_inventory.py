@@ -268,7 +268,7 @@ class InventoryMode(TorchFunctionMode):
         see_compiled_graph_calls(self._seen_before)
         super().__exit__(*exc)
 
-    def _see_graph(self, inputs: list, outputs: Any) -> None:
+    def _see_graph(self, inputs: Any, outputs: Any) -> None:
         self.reads.note((inputs,), {}, outputs)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):

@@ -103,6 +103,8 @@ def candidates(module: torch.nn.Module, prefix: str = "") -> list[tuple[str, tor
     above_cached = step_caches.above_cached(module)
     # A compiled module that holds a step cache runs compiled, with no region inside it.
     compiled = step_caches.compiled_around(module)
+    if id(module) in compiled:
+        return []  # compiled around its caches: it runs as compiled
     # Under step caches the forward's own Python runs eagerly at every call, so a leaf module of
     # the model's own code (a rotary embedding: tens of kernels) is worth a region too.
     own_leaves = bool(above_cached) or step_caches.is_cached(module)

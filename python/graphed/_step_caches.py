@@ -125,19 +125,18 @@ def above_cached(module: torch.nn.Module) -> set[int]:
 
 
 def compiled_around(module: torch.nn.Module) -> dict[int, str]:
-    """The modules under `module` (not itself) compiled in place that carry a step cache or have
-    one below them, by id: their path, outermost only, in tree order. graphed._regions places no
-    region inside them (see the module docstring)."""
+    """The modules of `module`'s tree compiled in place that carry a step cache or have one below
+    them, by id: their path ("" for `module` itself, which then is the only one), outermost only,
+    in tree order. graphed._regions places no region inside them (see the module docstring)."""
     above = _above_cached_paths(module)
+    holds_one = bool(above) or any(is_cached(child) for child in module.children())
+    if (holds_one or is_cached(module)) and compiled_in_place(module):
+        return {id(module): ""}
     found: dict[int, str] = {}
     for path, submodule in module.named_modules():
-        inside = any(path.startswith(f"{outer}.") for outer in found.values())
-        if (
-            path
-            and not inside
-            and (id(submodule) in above or is_cached(submodule))
-            and compiled_in_place(submodule)
-        ):
+        if not path or any(path.startswith(f"{outer}.") for outer in found.values()):
+            continue  # the module itself, or inside a compiled one
+        if (id(submodule) in above or is_cached(submodule)) and compiled_in_place(submodule):
             found[id(submodule)] = path
     return found
 
@@ -147,7 +146,9 @@ def looked_through(module: torch.nn.Module) -> list[str]:
     because a cached module is below them (a block around a cached attention module), containers
     (nn.ModuleList, nn.ModuleDict) and compiled modules (`compiled_around`) and what they hold
     left out."""
-    compiled = compiled_around(module).values()
+    compiled = list(compiled_around(module).values())
+    if compiled == [""]:
+        return []  # the whole forward runs compiled
     return [
         path
         for path, submodule in _above_cached_paths(module).values()
@@ -190,6 +191,14 @@ def _reason(
     more = f" and {len(cached) - shown_count} more" if len(cached) > shown_count else ""
     if not shown:
         shown, more = f"on {_modules(len(cached))}", ""
+    if list(compiled) == [""]:
+        return (
+            f"the forward carries diffusers' step cache hooks ({shown}{more}), which decide at "
+            "every call whether a module computes, and the module is compiled around them "
+            "(torch.compile), where graphed cannot go beneath them: it runs compiled, without "
+            "graphs. Compile its repeated blocks instead (compile_repeated_blocks) to have the "
+            "modules around them graphed, or leave the cache off to graph it whole"
+        )
     said = (
         f"the forward carries diffusers' step cache hooks ({shown}{more}), which decide at every "
         "call whether a module computes, so it runs in regions: the hooks run as diffusers wrote "

@@ -184,6 +184,11 @@ def test_holds_compiled_code_sees_each_way_users_compile():
     child.forward = torch.compile(child.forward, backend="eager")  # a child's compiled forward
     assert holds_compiled_code(forward_compiled)
     assert not holds_compiled_code(lambda t: t)
+    # What torch.compiler.disable makes is kept out of compiled code, not compiled.
+    kept_out = torch.nn.Sequential(Mixer(), Mixer())
+    kept_out[0].forward = torch.compiler.disable(kept_out[0].forward)
+    assert not holds_compiled_code(kept_out)
+    assert not holds_compiled_code(torch.nn.Sequential(torch.compiler.disable(Mixer())))
 
 
 def test_graph_pipelines_router_is_not_compiled_code_but_what_it_routes_to_is(emulated_backend):

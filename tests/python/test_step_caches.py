@@ -440,3 +440,35 @@ def test_a_cached_transformer_with_compiled_blocks_equals_compile_alone_on_the_g
     for index, (step, alone) in enumerate(zip(got, want, strict=True)):
         assert torch.equal(step, alone), f"{cache}: request {index // STEPS}, step {index % STEPS}"
     _assert_blocks_run_compiled(gf)
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("how", ["compile in place", "torch.compile"])
+def test_a_cached_transformer_compiled_whole_runs_compiled_with_no_region(how, emulated_backend):
+    """The whole transformer compiled around its caches: no region anywhere inside the compiled
+    frame, the runner runs the compiled model as compile alone does, and its reason says why and
+    what to do instead."""
+    from _compiling import CompilingBackend
+
+    clocks = Timestep(), Timestep()
+    models = _flux("cpu"), _flux("cpu")
+    called = []
+    for model, clock in zip(models, clocks, strict=True):
+        model.enable_cache(_configs(clock)["FirstBlockCache"]())
+        options = {"backend": CompilingBackend(), "fullgraph": False, "dynamic": False}
+        if how == "torch.compile":
+            called.append(torch.compile(model, **options))
+        else:
+            model.compile(**options)
+            called.append(model)
+    want = _requests(called[0], models[0], clocks[0])
+    gf = GraphedForward(called[1], device="cpu", backend=emulated_backend)
+    got = _requests(gf, models[1], clocks[1])
+    stats = gf.stats()
+    assert stats["disabled_cause"] == "step_cache", stats
+    assert "the module is compiled around them" in stats["disabled_reason"], stats
+    assert "compile_repeated_blocks" in stats["disabled_reason"], stats
+    assert gf.regions() == []
+    assert _graphed_code_compiled() == []
+    for index, (step, alone) in enumerate(zip(got, want, strict=True)):
+        torch.testing.assert_close(step, alone, rtol=0, atol=0, msg=f"call {index}")
