@@ -34,10 +34,10 @@ tensor (`torch.tensor(..., device=)` and indexing by a Python list copy below an
 What it cannot see: a tensor that only C++ code reaches (a C++ extension's own state), and an
 external re-bound while the old tensor stays alive elsewhere, which the graph keeps reading
 (docs/api.md, "What a forward may do"), and a cache kept by code no torch function shows (a
-C++ extension's op) that each run replaces. Code inductor compiled runs no torch function either,
-but each compiled graph is handed what it reads: the recording run notes its inputs where the
-graph is called (graphed._compiled.see_compiled_graph_calls): the capture reads the warm-up's, which no run
-recorded. The mode costs Python time per torch call in the runs before a capture (never on a
+C++ extension's op) that each run replaces: the capture reads the warm-up's, which no run
+recorded. Code inductor compiled runs no torch function either, but each compiled graph is handed
+what it reads: the recording run notes its inputs where the graph is called
+(graphed._compiled.see_compiled_graph_calls). The mode costs Python time per torch call in the runs before a capture (never on a
 replay); docs/benchmarks.md gives the first call's figures.
 """
 
