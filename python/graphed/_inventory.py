@@ -37,8 +37,8 @@ external re-bound while the old tensor stays alive elsewhere, which the graph ke
 C++ extension's op) that each run replaces: the capture reads the warm-up's, which no run
 recorded. Code inductor compiled runs no torch function either, but each compiled graph is handed
 what it reads: the recording run notes its inputs where the graph is called
-(graphed._compiled.see_compiled_graph_calls). The mode costs Python time per torch call in the runs before a capture (never on a
-replay); docs/benchmarks.md gives the first call's figures.
+(graphed._compiled.see_compiled_graph_calls). The mode costs Python time per torch call in the
+runs before a capture (never on a replay); docs/benchmarks.md gives the first call's figures.
 """
 
 from __future__ import annotations
