@@ -43,8 +43,8 @@ def refusal(
     # A region of a cached module runs beneath the module's own hooks (graphed._regions).
     cached = step_caches.cached_modules(modules, own)
     if cached:
-        eager = step_caches.looked_through(module)
         compiled = list(step_caches.compiled_around(module).values())
+        eager = step_caches.looked_through(module, compiled)
         return step_caches.reason(cached, eager, compiled), "step_cache"  # in regions
     return None
 

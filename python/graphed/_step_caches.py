@@ -141,12 +141,13 @@ def compiled_around(module: torch.nn.Module) -> dict[int, str]:
     return found
 
 
-def looked_through(module: torch.nn.Module) -> list[str]:
+def looked_through(module: torch.nn.Module, compiled: list[str] | None = None) -> list[str]:
     """The paths of the modules under `module` whose own forward runs eagerly at every call
     because a cached module is below them (a block around a cached attention module), containers
-    (nn.ModuleList, nn.ModuleDict) and compiled modules (`compiled_around`) and what they hold
-    left out."""
-    compiled = list(compiled_around(module).values())
+    (nn.ModuleList, nn.ModuleDict) and compiled modules (`compiled_around`'s paths, `compiled`
+    when the caller has them) and what they hold left out."""
+    if compiled is None:
+        compiled = list(compiled_around(module).values())
     if compiled == [""]:
         return []  # the whole forward runs compiled
     return [
@@ -221,10 +222,10 @@ def _reason(
 def _some(paths: list[str] | tuple[str, ...], kind: str, relation: str, named: bool) -> str:
     """ "the <kind>modules <relation> ('first' and N more)" when `named`, else with their count."""
     if not named:
-        return f"the {len(paths)} {kind}{'module' if len(paths) == 1 else 'modules'} {relation}"
+        return f"the {_modules(len(paths), kind)} {relation}"
     more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
     return f"the {kind}modules {relation} ('{paths[0]}'{more})"
 
 
-def _modules(count: int) -> str:
-    return f"{count} module" if count == 1 else f"{count} modules"
+def _modules(count: int, kind: str = "") -> str:
+    return f"{count} {kind}module" if count == 1 else f"{count} {kind}modules"
