@@ -128,10 +128,9 @@ def compiled_around(module: torch.nn.Module) -> dict[int, str]:
     """The modules of `module`'s tree compiled in place that carry a step cache or have one below
     them, by id: their path ("" for `module` itself, which then is the only one), outermost only,
     in tree order. graphed._regions places no region inside them (see the module docstring)."""
-    above = _above_cached_paths(module)
-    holds_one = bool(above) or any(is_cached(child) for child in module.children())
-    if (holds_one or is_cached(module)) and compiled_in_place(module):
+    if compiled_in_place(module) and cached_modules(module):
         return {id(module): ""}
+    above = _above_cached_paths(module)
     found: dict[int, str] = {}
     for path, submodule in module.named_modules():
         if not path or any(path.startswith(f"{outer}.") for outer in found.values()):
